@@ -1,0 +1,137 @@
+"""The one module that imports TensorFlow and reads its internals.
+
+Everything else asks this module for ``tf`` so that ``import gradcheck`` and
+``gradcheck --help`` never pay TensorFlow's import time, and so that the
+private attributes we rely on (``_tf_decorator``, ``tf_decorator.unwrap``)
+are read in one place that a TensorFlow upgrade can break only once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from gradcheck.errors import TensorFlowMissing
+
+_VERBOSE = False
+
+
+def set_verbose(verbose: bool) -> None:
+    """Let TensorFlow's own log lines through (``-v``) or keep them out."""
+    global _VERBOSE
+    _VERBOSE = verbose
+
+
+@contextlib.contextmanager
+def _stderr_fd_silenced() -> Iterator[None]:
+    """Silence file descriptor 2 while TensorFlow's C++ runtime starts.
+
+    TF 2.21 prints absl and oneDNN lines straight to fd 2 during import even
+    with TF_CPP_MIN_LOG_LEVEL=3, below Python's ``sys.stderr``.
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def tensorflow() -> Any:
+    """Import TensorFlow once, quietly, and return the module."""
+    module = sys.modules.get("tensorflow")
+    if module is not None and hasattr(module, "custom_gradient"):
+        return module
+    if _VERBOSE:
+        try:
+            import tensorflow as module
+        except ImportError as error:
+            if error.name in ("tensorflow", None):
+                raise TensorFlowMissing() from error
+            raise
+        return module
+    previous = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    try:
+        with _stderr_fd_silenced():
+            import tensorflow as module
+    except ImportError as error:
+        if error.name in ("tensorflow", None) or "tensorflow" in str(error.name):
+            raise TensorFlowMissing() from error
+        raise
+    finally:
+        if previous is None:
+            os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+        else:
+            os.environ["TF_CPP_MIN_LOG_LEVEL"] = previous
+    module.get_logger().setLevel("ERROR")
+    return module
+
+
+def tensorflow_available() -> bool:
+    """True when TensorFlow can be imported (without importing it)."""
+    if "tensorflow" in sys.modules:
+        return True
+    import importlib.util
+
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+@dataclass(frozen=True)
+class CustomGradientParts:
+    """What a custom-gradient object is made of."""
+
+    forward: Callable[..., Any]
+    """The undecorated function: returns ``(result, grad_fn)``."""
+    decorators: tuple[str, ...]
+    """Decorator names from the outside in, e.g. ``('tf.function', 'custom_gradient')``."""
+    input_signature: tuple[Any, ...] | None
+    """The ``input_signature`` of an enclosing ``tf.function``, if any."""
+
+
+def _decorator_chain(obj: Any) -> tuple[list[Any], Any]:
+    """``tf_decorator.unwrap`` without importing TensorFlow for plain objects."""
+    if getattr(obj, "_tf_decorator", None) is None:
+        return [], obj
+    from tensorflow.python.util import tf_decorator
+
+    return tf_decorator.unwrap(obj)
+
+
+def custom_gradient_parts(obj: Any) -> CustomGradientParts | None:
+    """The parts of ``obj`` if it is a ``@tf.custom_gradient`` function, else None.
+
+    Sees through ``tf.function`` and other TF decorators stacked on top;
+    ``tf_decorator.unwrap`` returns them outermost first.
+    """
+    try:
+        decorators, target = _decorator_chain(obj)
+    except Exception:  # an object whose attribute access raises is not ours to check
+        return None
+    names = tuple(getattr(d, "decorator_name", "") for d in decorators)
+    if "custom_gradient" not in names or not callable(target):
+        return None
+    signature = getattr(obj, "input_signature", None)
+    return CustomGradientParts(
+        forward=target,
+        decorators=names,
+        input_signature=tuple(signature) if signature is not None else None,
+    )
+
+
+def is_tf_own(obj: Any) -> bool:
+    """True for TensorFlow's own decorators imported into a user's namespace."""
+    module = getattr(obj, "__module__", "") or ""
+    return module.startswith(("tensorflow", "keras", "tf_keras"))

@@ -1,0 +1,125 @@
+"""The Python API: ``check`` and ``assert_gradients``, for tests and notebooks."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gradcheck.config import (
+    Config,
+    InputConfig,
+    SubjectConfig,
+    merged_settings,
+    parse_input,
+    validate_setting,
+)
+from gradcheck.errors import UsageError
+from gradcheck.results import Result, RunReport
+
+_LABEL = "gradcheck.check()"
+
+
+def _input_config(name: str, value: Any, dims: Mapping[str, int]) -> InputConfig:
+    if isinstance(value, (tuple, list)):
+        return parse_input(_LABEL, f"inputs.{name}", list(value), dims)
+    if isinstance(value, Mapping):
+        return parse_input(_LABEL, f"inputs.{name}", dict(value), dims)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return parse_input(_LABEL, f"inputs.{name}", [value], dims)
+    raise UsageError(f"{_LABEL}: inputs.{name}: {value!r} must be a shape (a tuple of sizes) or a dict with 'shape'")
+
+
+def _subject_for(fn: Any) -> Any:
+    from gradcheck import _tf
+    from gradcheck.discovery import Subject, _def_line, display_path
+
+    parts = _tf.custom_gradient_parts(fn)
+    if parts is None:
+        raise UsageError(f"{_LABEL}: {getattr(fn, '__qualname__', fn)!r} is not a @tf.custom_gradient function")
+    forward = parts.forward
+    name = getattr(forward, "__qualname__", getattr(forward, "__name__", "function"))
+    try:
+        source = inspect.getsourcefile(inspect.unwrap(forward))
+    except TypeError:
+        source = None
+    path = display_path(Path(source)) if source else "<unknown>"
+    return Subject(
+        id=f"{path}::{name}",
+        name=name,
+        kind="function",
+        path=path,
+        line=_def_line(forward),
+        obj=fn,
+        forward=forward,
+        decorators=parts.decorators,
+        input_signature=parts.input_signature,
+    )
+
+
+def check(
+    fn: Any,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    constants: Mapping[str, Any] | None = None,
+    reference: str | None = None,
+    mode: str | None = None,
+    dtype: str | None = None,
+    seed: int | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    eps: float | None = None,
+    execution: str | None = None,
+    shape_only: bool | None = None,
+    dims: Mapping[str, int] | None = None,
+) -> Result:
+    """Check one custom-gradient function and return its result record.
+
+    ``inputs`` maps argument names to shapes (``(32, 16)``) or to tables as
+    in the config (``{"shape": [64], "low": -30.0, "high": 30.0}``); names
+    from ``dims`` may stand for sizes. Without ``inputs``, small shapes are
+    guessed. The keyword arguments are the config's settings.
+    """
+    from gradcheck.checker import CheckRequest, check_subject
+
+    subject = _subject_for(fn)
+    dims = dict(dims or {})
+    table = SubjectConfig(
+        inputs={name: _input_config(name, value, dims) for name, value in (inputs or {}).items()},
+        constants=dict(constants or {}),
+    )
+    given = {
+        "reference": reference,
+        "mode": mode,
+        "dtype": dtype,
+        "seed": seed,
+        "atol": atol,
+        "rtol": rtol,
+        "eps": eps,
+        "execution": execution,
+        "shape_only": shape_only,
+    }
+    overrides = {key: validate_setting(_LABEL, key, value) for key, value in given.items() if value is not None}
+    settings = merged_settings(Config(dims=dims), table, overrides)
+    command = f"gradcheck.check({subject.name}, seed={settings.seed})"
+    request = CheckRequest(
+        subject=subject,
+        settings=settings,
+        config=table,
+        dims=dims,
+        config_label=_LABEL,
+        reproduce=command,
+    )
+    return check_subject(request)
+
+
+def assert_gradients(fn: Any, inputs: Mapping[str, Any] | None = None, **settings: Any) -> Result:
+    """Like :func:`check`, but raise ``AssertionError`` with the text report unless it passed."""
+    from gradcheck.reporting.text import render_text_string
+
+    result = check(fn, inputs, **settings)
+    if result.status != "passed":
+        report = RunReport(results=(result,), seed=settings.get("seed") or 0, seconds=result.seconds)
+        raise AssertionError("\n" + render_text_string(report, verbosity=0))
+    return result

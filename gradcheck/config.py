@@ -1,0 +1,391 @@
+"""Settings: defaults < config file < command line. Unknown keys are errors.
+
+The config is ``gradcheck.toml`` (keys at its top level) or the
+``[tool.gradcheck]`` table of ``pyproject.toml``, searched from the target
+upwards. Everything here is validated on load so that the checker only ever
+sees well-formed values; a bad value raises :class:`ConfigError` whose
+message names the file, the key and the closest valid name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from gradcheck.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+MODES = ("fast", "full")
+DTYPES = ("float64", "float32", "float16", "bfloat16")
+INPUT_DTYPES = DTYPES + ("int32", "int64")
+EXECUTIONS = ("eager", "function", "both")
+REFERENCES = ("both", "numeric", "native", "none")
+DISTRIBUTIONS = ("normal", "uniform", "positive", "spd", "integer")
+
+CONFIG_FILE = "gradcheck.toml"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to check: the options that apply to every function unless overridden."""
+
+    mode: str = "fast"
+    """``fast`` (projected checks) or ``full`` (whole Jacobians)."""
+    dtype: str = "float64"
+    """Dtype the float inputs are drawn in."""
+    seed: int = 0
+    """Seed of every random draw."""
+    atol: float | None = None
+    """Absolute tolerance; None: chosen per dtype."""
+    rtol: float | None = None
+    """Relative tolerance; None: chosen per dtype."""
+    eps: float | None = None
+    """Relative finite-difference step; None: cbrt(machine epsilon) of the dtype."""
+    execution: str = "both"
+    """``eager``, ``function`` or ``both``."""
+    shape_only: bool = False
+    """Audit counts, shapes and dtypes only."""
+    strict: bool = False
+    """A skipped function counts as a failure."""
+    reference: str = "both"
+    """Which references to compare with: ``both``, ``numeric``, ``native``, ``none``."""
+
+    @property
+    def executions(self) -> tuple[str, ...]:
+        """The execution modes to run, eager first."""
+        return ("eager", "function") if self.execution == "both" else (self.execution,)
+
+
+#: Keys of Settings that may appear at the config's top level and in a
+#: function's or layer's table.
+_SETTING_KEYS = {f.name for f in fields(Settings)}
+_SUBJECT_SETTING_KEYS = {"mode", "dtype", "atol", "rtol", "eps", "execution", "reference"}
+_REPORT_KEYS = {"format", "output"}
+_TOP_KEYS = _SETTING_KEYS | _REPORT_KEYS | {"dims", "functions", "layers"}
+_SUBJECT_KEYS = _SUBJECT_SETTING_KEYS | {"inputs", "constants", "init"}
+_INPUT_KEYS = {"shape", "dtype", "distribution", "low", "high"}
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """How to draw one input: its shape (sizes or dim names) and distribution."""
+
+    shape: tuple[int | str, ...]
+    """Sizes, each an int or a name from ``[dims]``."""
+    dtype: str | None = None
+    """Dtype of this input; None: the run's dtype."""
+    distribution: str = "normal"
+    """One of :data:`DISTRIBUTIONS`."""
+    low: float | None = None
+    """Lower bound of a uniform or integer draw."""
+    high: float | None = None
+    """Upper bound (exclusive) of a uniform or integer draw."""
+
+
+@dataclass(frozen=True)
+class SubjectConfig:
+    """The ``[functions.NAME]`` or ``[layers.NAME]`` table of one function or layer."""
+
+    inputs: dict[str, InputConfig] = field(default_factory=dict)
+    """Shapes and distributions of the differentiated arguments, in order."""
+    constants: dict[str, Any] = field(default_factory=dict)
+    """Arguments passed as they are, never differentiated."""
+    init: dict[str, Any] = field(default_factory=dict)
+    """Constructor keyword arguments (layers, classes of methods)."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Overrides of :class:`Settings` for this one function."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """A loaded, validated config file (or the empty default)."""
+
+    path: Path | None = None
+    """Where it was read from; None when no file was found."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Top-level settings given in the file."""
+    report: dict[str, Any] = field(default_factory=dict)
+    """``format`` and ``output`` given in the file."""
+    dims: dict[str, int] = field(default_factory=dict)
+    """Named sizes."""
+    functions: dict[str, SubjectConfig] = field(default_factory=dict)
+    """Per-function tables, keyed by name in the module."""
+    layers: dict[str, SubjectConfig] = field(default_factory=dict)
+    """Per-layer tables, keyed by class name."""
+
+    @property
+    def label(self) -> str:
+        """How messages name this config."""
+        return str(self.path) if self.path is not None else "command line"
+
+    def subject(self, kind: str, name: str) -> SubjectConfig | None:
+        """The table for a function or layer, if the config has one."""
+        table = self.layers if kind == "layer" else self.functions
+        return table.get(name)
+
+
+def closest(name: str, candidates: list[str] | set[str] | tuple[str, ...]) -> str:
+    """`` (did you mean 'x'?)`` for the closest candidate, or ``''``."""
+    matches = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.6)
+    return f" (did you mean '{matches[0]}'?)" if matches else ""
+
+
+def _fail(label: str, key: str, message: str) -> ConfigError:
+    return ConfigError(f"{label}: {key}: {message}")
+
+
+def _check_keys(label: str, prefix: str, table: Mapping[str, Any], allowed: set[str]) -> None:
+    for key in table:
+        if key not in allowed:
+            where = f"{prefix}.{key}" if prefix else key
+            raise _fail(
+                label,
+                where,
+                f"unknown key{closest(key, allowed)}; valid keys: {', '.join(sorted(allowed))}",
+            )
+
+
+def _choice(label: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise _fail(
+            label,
+            key,
+            f"{value!r} is not one of {', '.join(choices)}"
+            + (closest(value, choices) if isinstance(value, str) else ""),
+        )
+    return value
+
+
+def _positive_float(label: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(label, key, f"{value!r} is not a number")
+    if not math.isfinite(value) or value <= 0:
+        raise _fail(label, key, f"{value!r} must be a positive number")
+    return float(value)
+
+
+def validate_setting(label: str, key: str, value: Any) -> Any:
+    """Check one :class:`Settings` value from a config file or the command line."""
+    name = key.rsplit(".", 1)[-1]
+    if name == "mode":
+        return _choice(label, key, value, MODES)
+    if name == "dtype":
+        return _choice(label, key, value, DTYPES)
+    if name == "execution":
+        return _choice(label, key, value, EXECUTIONS)
+    if name == "reference":
+        return _choice(label, key, value, REFERENCES)
+    if name in ("atol", "rtol", "eps"):
+        return _positive_float(label, key, value)
+    if name == "seed":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _fail(label, key, f"{value!r} must be a non-negative integer")
+        return value
+    if name in ("shape_only", "strict"):
+        if not isinstance(value, bool):
+            raise _fail(label, key, f"{value!r} must be true or false")
+        return value
+    raise _fail(label, key, "unknown setting")  # pragma: no cover - keys are checked first
+
+
+def _size(label: str, key: str, value: Any, dims: Mapping[str, int]) -> int | str:
+    if isinstance(value, str):
+        if value not in dims:
+            known = f"; [dims] defines {', '.join(sorted(dims))}" if dims else "; [dims] is empty"
+            raise _fail(label, key, f"unknown dim name '{value}'{closest(value, dims)}{known}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _fail(label, key, f"size {value!r} must be a positive integer or a name from [dims]")
+    return value
+
+
+def parse_input(label: str, key: str, raw: Any, dims: Mapping[str, int]) -> InputConfig:
+    """One input: a list of sizes, or a table with ``shape`` and draw options."""
+    if isinstance(raw, list):
+        return InputConfig(shape=tuple(_size(label, f"{key}[{i}]", v, dims) for i, v in enumerate(raw)))
+    if not isinstance(raw, dict):
+        raise _fail(label, key, f"{raw!r} must be a list of sizes or a table with 'shape'")
+    _check_keys(label, key, raw, _INPUT_KEYS)
+    if "shape" not in raw:
+        raise _fail(label, key, "missing 'shape', e.g. shape = [4, 5]")
+    if not isinstance(raw["shape"], list):
+        raise _fail(label, f"{key}.shape", f"{raw['shape']!r} must be a list of sizes")
+    shape = tuple(_size(label, f"{key}.shape[{i}]", v, dims) for i, v in enumerate(raw["shape"]))
+    dtype = raw.get("dtype")
+    if dtype is not None:
+        dtype = _choice(label, f"{key}.dtype", dtype, INPUT_DTYPES)
+    low, high = raw.get("low"), raw.get("high")
+    for bound_key, bound in (("low", low), ("high", high)):
+        if bound is not None and (
+            isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound)
+        ):
+            raise _fail(label, f"{key}.{bound_key}", f"{bound!r} must be a finite number")
+    default_distribution = "uniform" if (low is not None or high is not None) else "normal"
+    if dtype in ("int32", "int64"):
+        default_distribution = "integer"
+    distribution = _choice(label, f"{key}.distribution", raw.get("distribution", default_distribution), DISTRIBUTIONS)
+    if distribution == "uniform" and (low is None or high is None):
+        raise _fail(label, key, "a uniform draw needs both 'low' and 'high'")
+    if low is not None and high is not None and low >= high:
+        raise _fail(label, key, f"low = {low} must be below high = {high}")
+    if distribution == "positive" and low is not None and low <= 0:
+        raise _fail(label, f"{key}.low", f"{low} must be above 0 for a positive draw")
+    if distribution == "spd" and (len(shape) < 2 or shape[-1] != shape[-2]):
+        raise _fail(label, f"{key}.shape", "an spd input needs a square shape [..., n, n]")
+    if distribution == "integer" and dtype not in (None, "int32", "int64"):
+        raise _fail(label, f"{key}.dtype", f"an integer draw cannot have dtype {dtype}")
+    return InputConfig(
+        shape=shape,
+        dtype=dtype,
+        distribution=distribution,
+        low=float(low) if low is not None else None,
+        high=float(high) if high is not None else None,
+    )
+
+
+def _parse_subject(label: str, key: str, raw: Any, dims: Mapping[str, int], allowed: set[str]) -> SubjectConfig:
+    if not isinstance(raw, dict):
+        raise _fail(label, key, f"{raw!r} must be a table")
+    _check_keys(label, key, raw, allowed)
+    inputs_raw = raw.get("inputs", {})
+    if not isinstance(inputs_raw, dict):
+        raise _fail(label, f"{key}.inputs", "must be a table of name = shape")
+    inputs = {name: parse_input(label, f"{key}.inputs.{name}", value, dims) for name, value in inputs_raw.items()}
+    constants = raw.get("constants", {})
+    if not isinstance(constants, dict):
+        raise _fail(label, f"{key}.constants", "must be a table of name = value")
+    both = set(inputs) & set(constants)
+    if both:
+        raise _fail(label, key, f"'{sorted(both)[0]}' is both an input and a constant")
+    init = raw.get("init", {})
+    if not isinstance(init, dict):
+        raise _fail(label, f"{key}.init", "must be a table of keyword arguments")
+    settings = {
+        name: validate_setting(label, f"{key}.{name}", value)
+        for name, value in raw.items()
+        if name in _SUBJECT_SETTING_KEYS
+    }
+    return SubjectConfig(inputs=inputs, constants=dict(constants), init=dict(init), settings=settings)
+
+
+def _flatten_functions(label: str, table: Any, prefix: str) -> dict[str, Any]:
+    """Accept ``[functions.Class.method]`` as well as ``[functions."Class.method"]``."""
+    if not isinstance(table, dict):
+        raise _fail(label, prefix, "must be a table of [" + prefix + ".NAME] tables")
+    flat: dict[str, Any] = {}
+    for name, value in table.items():
+        is_namespace = (
+            isinstance(value, dict)
+            and value
+            and all(isinstance(v, dict) for v in value.values())
+            and not set(value) & _SUBJECT_KEYS
+        )
+        if is_namespace:
+            for inner, inner_value in value.items():
+                flat[f"{name}.{inner}"] = inner_value
+        else:
+            flat[name] = value
+    return flat
+
+
+def parse_config(document: Mapping[str, Any], path: Path | None, extra_dims: Mapping[str, int] | None = None) -> Config:
+    """Validate a config document (the parsed TOML table)."""
+    label = str(path) if path is not None else "config"
+    _check_keys(label, "", document, _TOP_KEYS)
+    dims_raw = document.get("dims", {})
+    if not isinstance(dims_raw, dict):
+        raise _fail(label, "dims", "must be a table of name = size")
+    dims: dict[str, int] = {}
+    for name, value in dims_raw.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise _fail(label, f"dims.{name}", f"{value!r} must be a positive integer")
+        dims[name] = value
+    dims.update(extra_dims or {})
+    settings = {key: validate_setting(label, key, value) for key, value in document.items() if key in _SETTING_KEYS}
+    report = {}
+    if "format" in document:
+        from gradcheck.reporting import FORMATS
+
+        report["format"] = _choice(label, "format", document["format"], FORMATS)
+    if "output" in document:
+        if not isinstance(document["output"], str):
+            raise _fail(label, "output", "must be a file path")
+        report["output"] = document["output"]
+    functions = {
+        name: _parse_subject(label, f"functions.{name}", raw, dims, _SUBJECT_KEYS)
+        for name, raw in _flatten_functions(label, document.get("functions", {}), "functions").items()
+    }
+    layers_raw = document.get("layers", {})
+    if not isinstance(layers_raw, dict):
+        raise _fail(label, "layers", "must be a table of [layers.NAME] tables")
+    layers = {
+        name: _parse_subject(label, f"layers.{name}", raw, dims, _SUBJECT_KEYS) for name, raw in layers_raw.items()
+    }
+    return Config(
+        path=path,
+        settings=settings,
+        report=report,
+        dims=dims,
+        functions=functions,
+        layers=layers,
+    )
+
+
+def read_config_file(path: Path, extra_dims: Mapping[str, int] | None = None) -> Config:
+    """Load and validate ``gradcheck.toml`` or the ``[tool.gradcheck]`` of ``pyproject.toml``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read config file: {error}") from None
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: invalid TOML: {error}") from None
+    if path.name == "pyproject.toml":
+        document = document.get("tool", {}).get("gradcheck", {})
+        if not isinstance(document, dict):
+            raise ConfigError(f"{path}: [tool.gradcheck] must be a table")
+    return parse_config(document, path, extra_dims)
+
+
+def find_config_file(start: Path) -> Path | None:
+    """The nearest ``gradcheck.toml``, or ``pyproject.toml`` with ``[tool.gradcheck]``."""
+    directory = start if start.is_dir() else start.parent
+    directory = directory.resolve()
+    for folder in (directory, *directory.parents):
+        candidate = folder / CONFIG_FILE
+        if candidate.is_file():
+            return candidate
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and _has_tool_table(pyproject):
+            return pyproject
+    return None
+
+
+def _has_tool_table(pyproject: Path) -> bool:
+    try:
+        document = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        # A broken pyproject.toml that is not ours to read is not our error.
+        return False
+    return "gradcheck" in document.get("tool", {})
+
+
+def merged_settings(config: Config, subject: SubjectConfig | None, overrides: Mapping[str, Any]) -> Settings:
+    """Defaults < the config's top level < the function's table < the command line."""
+    values: dict[str, Any] = dict(config.settings)
+    if subject is not None:
+        values.update(subject.settings)
+    values.update(overrides)
+    return replace(Settings(), **values)

@@ -1,0 +1,348 @@
+"""Targets -> imported modules -> the custom gradients they define.
+
+A target is a ``.py`` file, a directory of them, or a dotted module name,
+with an optional ``::NAME`` selector. Modules are imported with their
+folder on ``sys.path`` and are taken out of ``sys.modules`` and
+``sys.path`` again afterwards, as pytest's importer does, so checking a
+module leaves the interpreter as it found it. Like pytest's collector, only
+objects the module itself defined are kept, in definition order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import site
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from gradcheck import _tf
+from gradcheck.config import closest
+from gradcheck.errors import TargetError
+
+#: Folders never searched, as pytest's ``norecursedirs``.
+SKIPPED_DIRS = {"__pycache__", "build", "dist", "node_modules", "venv", "env", "site-packages", "CVS"}
+
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+#: A file is imported from a directory walk only if its text mentions this.
+_MARKER = "custom_gradient"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One command-line target, resolved to files."""
+
+    spec: str
+    """As the user wrote it."""
+    files: tuple[Path, ...]
+    """The Python files it stands for."""
+    selector: str | None = None
+    """The ``::NAME`` part."""
+    explicit: bool = True
+    """True for a file or module named directly (imported whatever it contains)."""
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One custom-gradient function (or layer) found in a module."""
+
+    id: str
+    """``path::name`` as shown in reports and accepted by ``::``."""
+    name: str
+    """Name in its module: ``func``, or ``Class.method`` for methods."""
+    kind: str
+    """``function`` or ``layer``."""
+    path: str
+    """The module's file as shown in reports."""
+    line: int
+    """Line of the ``def``."""
+    obj: Any
+    """The user's object as it appears in the module or class."""
+    forward: Callable[..., Any] | None
+    """The undecorated function returning ``(result, grad_fn)``."""
+    decorators: tuple[str, ...] = ()
+    """TF decorators from the outside in."""
+    input_signature: tuple[Any, ...] | None = None
+    """``tf.function`` input signature, if any."""
+    owner: type | None = None
+    """The class of a method."""
+    binding: str = "function"
+    """``function``, ``staticmethod``, ``classmethod`` or ``method``."""
+    module: ModuleType | None = None
+    """The module that defines it."""
+
+
+def display_path(path: Path) -> str:
+    """``path`` relative to the current directory where it lies below it."""
+    resolved = path.resolve()
+    try:
+        return resolved.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return resolved.as_posix()
+
+
+def _is_venv(directory: Path) -> bool:
+    return (directory / "pyvenv.cfg").is_file()
+
+
+def walk_python_files(directory: Path) -> list[Path]:
+    """The ``*.py`` files below ``directory``, sorted, skipping hidden and venv-like folders."""
+    found = []
+    for root, dirs, files in os.walk(directory):
+        root_path = Path(root)
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and d not in SKIPPED_DIRS
+            and not d.endswith(".egg-info")
+            and not _is_venv(root_path / d)
+        )
+        found.extend(root_path / f for f in sorted(files) if f.endswith(".py"))
+    return found
+
+
+def _mentions_custom_gradient(path: Path) -> bool:
+    try:
+        return _MARKER in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def resolve_target(spec: str) -> Target:
+    """Turn one command-line target into files, or raise :class:`TargetError`."""
+    location, _, selector = spec.partition("::")
+    if not location:
+        raise TargetError(f"{spec}: empty target; give a .py file, a directory or a module name")
+    path = Path(location)
+    if path.is_dir():
+        files = walk_python_files(path)
+        if not files:
+            raise TargetError(f"{location}: directory holds no Python files")
+        marked = tuple(f for f in files if _mentions_custom_gradient(f))
+        return Target(spec=spec, files=marked, selector=selector or None, explicit=False)
+    if path.is_file():
+        if path.suffix != ".py":
+            raise TargetError(f"{location}: not a Python file (expected a .py file, a directory or a module name)")
+        return Target(spec=spec, files=(path,), selector=selector or None)
+    if location.endswith(".py") or "/" in location or os.sep in location:
+        raise TargetError(f"{location}: no such file or directory")
+    if _DOTTED.match(location):
+        return Target(spec=spec, files=(_find_module_file(location),), selector=selector or None)
+    raise TargetError(f"{location}: no such file, directory or module")
+
+
+def _find_module_file(dotted: str) -> Path:
+    with _import_context(Path.cwd()):
+        try:
+            spec = importlib.util.find_spec(dotted)
+        except (ImportError, ValueError) as error:
+            raise TargetError(
+                f"{dotted}: not a path, and not a module importable from {Path.cwd()}: {error}"
+            ) from error
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        raise TargetError(f"{dotted}: no such file, directory or module importable from {Path.cwd()}")
+    origin = Path(spec.origin)
+    if origin.name == "__init__.py" and spec.submodule_search_locations:
+        return origin
+    return origin
+
+
+def _package_root(path: Path) -> tuple[Path, str]:
+    """The folder to put on ``sys.path`` and the dotted name to import ``path`` by."""
+    path = path.resolve()
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return folder, ".".join(parts)
+
+
+def _site_dirs() -> tuple[str, ...]:
+    dirs = set()
+    with contextlib.suppress(AttributeError):
+        dirs.update(site.getsitepackages())
+    with contextlib.suppress(AttributeError):
+        dirs.add(site.getusersitepackages())
+    dirs.update({sys.prefix, sys.base_prefix, sys.exec_prefix})
+    return tuple(str(Path(d).resolve()) for d in dirs if d)
+
+
+@contextlib.contextmanager
+def _import_context(root: Path) -> Iterator[set[str]]:
+    """Put ``root`` on ``sys.path`` and take the user's modules out again afterwards.
+
+    Yields the set of module names that were imported, filled on exit.
+    Modules below ``root`` that were not loaded before are removed from
+    ``sys.modules``; libraries the user's module pulled in (TensorFlow and
+    friends, in site-packages) stay, since importing them twice is costly
+    and unsafe.
+    """
+    saved_path = list(sys.path)
+    before = set(sys.modules)
+    added: set[str] = set()
+    root_text = str(root.resolve())
+    sys.path.insert(0, root_text)
+    importlib.invalidate_caches()
+    try:
+        yield added
+    finally:
+        sys.path[:] = saved_path
+        site_dirs = _site_dirs()
+        for name in set(sys.modules) - before:
+            module = sys.modules.get(name)
+            file = getattr(module, "__file__", None)
+            if file is None:
+                location = getattr(getattr(module, "__spec__", None), "submodule_search_locations", None)
+                file = next(iter(location), None) if location else None
+            if file is None:
+                continue
+            file = str(Path(file).resolve())
+            if file.startswith(root_text) and not file.startswith(site_dirs):
+                added.add(name)
+                sys.modules.pop(name, None)
+
+
+def _user_frame(error: BaseException, path: Path) -> str:
+    """``file:line`` of the deepest frame in the user's file, for messages."""
+    frames = traceback.extract_tb(error.__traceback__)
+    wanted = str(path.resolve())
+    for frame in reversed(frames):
+        if str(Path(frame.filename).resolve()) == wanted:
+            return f"{display_path(path)}:{frame.lineno}"
+    return display_path(path)
+
+
+def load_module(path: Path) -> ModuleType:
+    """Import the user's file; raise :class:`TargetError` with one line when it fails."""
+    root, dotted = _package_root(path)
+    shown = display_path(path)
+    existing = sys.modules.get(dotted)
+    existing_file = getattr(existing, "__file__", None)
+    if existing_file and Path(existing_file).resolve() == path.resolve():
+        return existing  # the user's own process imported it already (pytest plugin)
+    with _import_context(root), contextlib.redirect_stdout(sys.stderr):
+        try:
+            if "." in dotted or not _clashes(dotted):
+                return importlib.import_module(dotted)
+            return _import_under_private_name(path, dotted)
+        except SyntaxError as error:
+            where = f"{shown}:{error.lineno}:{error.offset}" if error.lineno else shown
+            raise TargetError(f"{where}: syntax error: {error.msg}") from error
+        except ImportError as error:
+            if isinstance(error, _tf.TensorFlowMissing):
+                raise
+            if (error.name and error.name.startswith("tensorflow")) or error.name == "keras":
+                raise _tf.TensorFlowMissing() from error
+            raise TargetError(
+                f"{_user_frame(error, path)}: import failed: {error}; install the missing module or fix the import"
+            ) from error
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # the user's module-level code raised anything at all
+            raise TargetError(
+                f"{_user_frame(error, path)}: importing the module raised {type(error).__name__}: {error}"
+            ) from error
+
+
+def _clashes(name: str) -> bool:
+    return name in sys.modules or name in sys.stdlib_module_names
+
+
+def _import_under_private_name(path: Path, stem: str) -> ModuleType:
+    """Import a file whose name shadows a loaded or standard module (``random.py``)."""
+    name = f"gradcheck_target_{stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover - .py files always have one
+        raise TargetError(f"{display_path(path)}: cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(name, None)
+    return module
+
+
+def _def_line(func: Any) -> int:
+    """Line of the ``def`` itself (``co_firstlineno`` points at the first decorator)."""
+    code = getattr(inspect.unwrap(func), "__code__", None)
+    if code is None:
+        return 0
+    line = code.co_firstlineno
+    with contextlib.suppress(OSError, TypeError):
+        lines, start = inspect.getsourcelines(code)
+        for offset, text in enumerate(lines):
+            stripped = text.lstrip()
+            if stripped.startswith(("def ", "async def ")):
+                return start + offset
+    return line
+
+
+def _defined_here(forward: Any, module: ModuleType) -> bool:
+    return getattr(forward, "__module__", None) == module.__name__
+
+
+def find_subjects(module: ModuleType, path: Path) -> list[Subject]:
+    """Custom-gradient functions and methods that ``module`` itself defines."""
+    shown = display_path(path)
+    subjects: list[Subject] = []
+
+    def add(name: str, obj: Any, owner: type | None = None, binding: str = "function") -> None:
+        parts = _tf.custom_gradient_parts(obj)
+        if parts is None or not _defined_here(parts.forward, module):
+            return
+        subjects.append(
+            Subject(
+                id=f"{shown}::{name}",
+                name=name,
+                kind="function",
+                path=shown,
+                line=_def_line(parts.forward),
+                obj=obj,
+                forward=parts.forward,
+                decorators=parts.decorators,
+                input_signature=parts.input_signature,
+                owner=owner,
+                binding=binding,
+                module=module,
+            )
+        )
+
+    for name, obj in list(vars(module).items()):
+        if inspect.isclass(obj):
+            if obj.__module__ != module.__name__:
+                continue
+            for attr, member in vars(obj).items():
+                if isinstance(member, staticmethod):
+                    add(f"{name}.{attr}", member.__func__, obj, "staticmethod")
+                elif isinstance(member, classmethod):
+                    add(f"{name}.{attr}", member.__func__, obj, "classmethod")
+                else:
+                    add(f"{name}.{attr}", member, obj, "method")
+        else:
+            add(name, obj)
+    subjects.sort(key=lambda s: s.line)
+    return subjects
+
+
+def select(subjects: list[Subject], selector: str | None, target: str) -> list[Subject]:
+    """Apply a ``::NAME`` selector: an exact name, or a class and all its methods."""
+    if selector is None:
+        return subjects
+    chosen = [s for s in subjects if s.name == selector or s.name.startswith(selector + ".")]
+    if not chosen:
+        names = [s.name for s in subjects]
+        available = f"; it defines {', '.join(names)}" if names else "; it defines no custom gradients"
+        raise TargetError(f"{target}: no function or layer named '{selector}'{closest(selector, names)}{available}")
+    return chosen

@@ -1,0 +1,268 @@
+"""Result records of a gradcheck run and the exit-code enum.
+
+Standard library only: reporters, the command line and user code can import
+this module without pulling in TensorFlow or numpy.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The checks a problem can belong to, as DESIGN.md lists them.
+CHECKS = (
+    "count",
+    "shape",
+    "dtype",
+    "finite",
+    "native",
+    "numeric",
+    "variables",
+    "execution",
+    "exception",
+)
+
+STATUSES = ("passed", "failed", "error", "skipped")
+
+
+class ExitCode(enum.IntEnum):
+    """Exit codes of ``gradcheck run``, as pytest's.
+
+    When several apply, the first in this order wins:
+    INTERNAL_ERROR > INTERRUPTED > USAGE_ERROR > FAILED > NO_TESTS > OK.
+    """
+
+    OK = 0
+    """Every checked function and layer passed."""
+    FAILED = 1
+    """At least one function or layer failed or raised."""
+    USAGE_ERROR = 2
+    """Bad option, bad config, target missing or failed to import."""
+    INTERNAL_ERROR = 3
+    """A bug in gradcheck itself."""
+    NO_TESTS = 5
+    """Nothing to check was found in the targets."""
+    INTERRUPTED = 130
+    """Interrupted by Ctrl-C; the results collected so far are reported."""
+
+
+_PRECEDENCE = (
+    ExitCode.INTERNAL_ERROR,
+    ExitCode.INTERRUPTED,
+    ExitCode.USAGE_ERROR,
+    ExitCode.FAILED,
+    ExitCode.NO_TESTS,
+    ExitCode.OK,
+)
+
+
+def most_severe(codes: list[ExitCode]) -> ExitCode:
+    """The exit code that wins among ``codes`` (OK when there are none)."""
+    for code in _PRECEDENCE:
+        if code in codes:
+            return code
+    return ExitCode.OK
+
+
+@dataclass(frozen=True)
+class HeatMap:
+    """Element-wise values behind a value problem, for pictures in reports.
+
+    Arrays are nested lists of floats (row-major, at most 2-D: higher ranks
+    are reduced to their two largest axes by the checker), so reporters need
+    no numpy and records stay plain data.
+    """
+
+    custom: list[Any]
+    """The gradient the backward function returned."""
+    reference: list[Any]
+    """The reference gradient it was compared with."""
+    difference: list[Any]
+    """``|custom - reference|`` element-wise."""
+    axes: tuple[int, ...]
+    """Which axes of the input the two dimensions stand for."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with one gradient (or with the function as a whole)."""
+
+    check: str
+    """Which check found it: one of :data:`CHECKS`."""
+    input: str | None
+    """The input (or variable) the problem is about; None for the whole function."""
+    message: str
+    """One sentence saying what is wrong."""
+    execution: str | None = None
+    """``eager`` or ``function`` where the problem was seen in one mode only."""
+    expected: str | None = None
+    """What was expected (a shape, a dtype, a count), as text."""
+    got: str | None = None
+    """What the backward function gave instead, as text."""
+    max_abs_error: float | None = None
+    """Largest absolute difference from the reference."""
+    max_rel_error: float | None = None
+    """Largest absolute difference divided by the largest reference magnitude."""
+    worst_index: tuple[int, ...] | None = None
+    """Index of the element with the largest difference, where known."""
+    hint: str | None = None
+    """The likely bug, where the pattern is recognisable."""
+    heatmap: HeatMap | None = field(default=None, compare=False)
+    """Element-wise values for pictures; not part of the JSON report."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """This problem as one entry of the JSON report's ``problems`` list."""
+        return {
+            "check": self.check,
+            "input": self.input,
+            "execution": self.execution,
+            "message": self.message,
+            "expected": self.expected,
+            "got": self.got,
+            "max_abs_error": self.max_abs_error,
+            "max_rel_error": self.max_rel_error,
+            "worst_index": list(self.worst_index) if self.worst_index is not None else None,
+            "hint": self.hint,
+        }
+
+
+@dataclass(frozen=True)
+class InputRecord:
+    """One argument of a checked function as it was fed."""
+
+    name: str
+    """Argument name (or variable name)."""
+    shape: tuple[int, ...] | None
+    """Shape of the tensor fed; None for a constant."""
+    dtype: str
+    """Dtype of the tensor fed, or the Python type name of a constant."""
+    role: str = "input"
+    """``input`` (differentiated), ``constant``, ``integer`` or ``variable``."""
+    guessed: bool = False
+    """True when the shape was found by probing, not configured."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """This input as one entry of the JSON report's ``inputs`` list."""
+        record: dict[str, Any] = {
+            "name": self.name,
+            "shape": list(self.shape) if self.shape is not None else None,
+            "dtype": self.dtype,
+        }
+        if self.role != "input":
+            record["role"] = self.role
+        if self.guessed:
+            record["guessed"] = True
+        return record
+
+
+@dataclass(frozen=True)
+class Result:
+    """The verdict on one custom-gradient function or layer."""
+
+    id: str
+    """``path::name``, as on the command line."""
+    name: str
+    """The function's name in its module (``Class.method`` for methods)."""
+    kind: str
+    """``function`` or ``layer``."""
+    status: str
+    """``passed``, ``failed``, ``error`` or ``skipped``."""
+    dtype: str | None = None
+    """The dtype the inputs were drawn in."""
+    inputs: tuple[InputRecord, ...] = ()
+    """The arguments as fed."""
+    problems: tuple[Problem, ...] = ()
+    """What is wrong; empty when passed."""
+    seconds: float = 0.0
+    """Wall time of this check."""
+    notes: tuple[str, ...] = ()
+    """Things worth knowing that are not problems (guessed shapes, redraws)."""
+    skip_reason: str | None = None
+    """Why the function was skipped, with the config to write."""
+    path: str | None = None
+    """Source file of the function, as given on the command line."""
+    line: int | None = None
+    """Line of the function's ``def``."""
+    backward_line: int | None = None
+    """Line of the backward function's ``def``, where known."""
+    reproduce: str | None = None
+    """The command that reproduces this verdict."""
+
+    @property
+    def module(self) -> str:
+        """The module part of the id (the path before ``::``)."""
+        return self.id.split("::", 1)[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        """This result as one entry of the JSON report's ``results`` list."""
+        record: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "kind": self.kind,
+            "status": self.status,
+            "dtype": self.dtype,
+            "inputs": [item.to_dict() for item in self.inputs],
+            "problems": [problem.to_dict() for problem in self.problems],
+            "seconds": round(self.seconds, 4),
+        }
+        if self.notes:
+            record["notes"] = list(self.notes)
+        if self.skip_reason is not None:
+            record["skip_reason"] = self.skip_reason
+        if self.reproduce is not None:
+            record["reproduce"] = self.reproduce
+        return record
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """Everything a run found, in the order it was checked."""
+
+    results: tuple[Result, ...]
+    """One result per function or layer."""
+    seed: int
+    """The seed every random draw came from."""
+    seconds: float = 0.0
+    """Wall time of the whole run."""
+    interrupted: bool = False
+    """True when Ctrl-C stopped the run early."""
+    version: str = "0.1.0"
+    """gradcheck's version."""
+    fail_on: tuple[str, ...] = ("failed", "error")
+    """The statuses that fail the run."""
+
+    @property
+    def summary(self) -> dict[str, int]:
+        """How many results have each status."""
+        counts = {status: 0 for status in STATUSES}
+        for result in self.results:
+            counts[result.status] += 1
+        return counts
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """The exit code this report calls for.
+
+        INTERRUPTED when the run was stopped, else FAILED when any result has
+        a status in ``fail_on``, else NO_TESTS when there were no results,
+        else OK.
+        """
+        codes = []
+        if self.interrupted:
+            codes.append(ExitCode.INTERRUPTED)
+        if any(result.status in self.fail_on for result in self.results):
+            codes.append(ExitCode.FAILED)
+        if not self.results:
+            codes.append(ExitCode.NO_TESTS)
+        return most_severe(codes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report, as DESIGN.md fixes it."""
+        return {
+            "gradcheck": self.version,
+            "seed": self.seed,
+            "exit_code": int(self.exit_code),
+            "summary": self.summary,
+            "results": [result.to_dict() for result in self.results],
+        }

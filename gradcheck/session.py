@@ -1,0 +1,278 @@
+"""A whole run: targets -> config -> discovery -> one check per function -> a report.
+
+The command line and the pytest plugin both drive runs through here; nothing
+in this module prints. Progress reaches the caller through ``on_result``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradcheck import _tf
+from gradcheck.checker import CheckRequest, check_subject
+from gradcheck.config import (
+    Config,
+    Settings,
+    closest,
+    find_config_file,
+    merged_settings,
+    read_config_file,
+)
+from gradcheck.discovery import Subject, find_subjects, load_module, resolve_target, select
+from gradcheck.errors import ConfigError, TargetError
+from gradcheck.results import Result, RunReport
+
+VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the user asked for: targets and the options that override the config."""
+
+    targets: tuple[str, ...]
+    """Files, directories or module names, each with an optional ``::NAME``."""
+    config_path: Path | None = None
+    """``-c``: the config file to use instead of searching for one."""
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    """Settings given on the command line; they win over the config."""
+    dims: Mapping[str, int] = field(default_factory=dict)
+    """``--dim`` values; they win over ``[dims]``."""
+    shapes: Mapping[str, tuple[int | str, ...]] = field(default_factory=dict)
+    """``--shape`` values, by input name."""
+    keyword: str | None = None
+    """``-k``: keep only functions whose id contains this."""
+
+
+@dataclass(frozen=True)
+class PlannedCheck:
+    """One function found, with the config that applies to it."""
+
+    subject: Subject
+    config: Config
+
+
+def _config_for(
+    target_files: tuple[Path, ...], spec: str, options: RunOptions, cache: dict[Path | None, Config]
+) -> Config:
+    if options.config_path is not None:
+        path: Path | None = options.config_path
+    else:
+        start = target_files[0] if target_files else Path(spec.partition("::")[0])
+        path = find_config_file(start if start.exists() else Path.cwd())
+    if path not in cache:
+        cache[path] = read_config_file(path, options.dims) if path is not None else Config(dims=dict(options.dims))
+    return cache[path]
+
+
+def collect(options: RunOptions) -> list[PlannedCheck]:
+    """Import every target and find its functions; raise a UsageError for bad input."""
+    _tf.tensorflow()
+    cache: dict[Path | None, Config] = {}
+    planned: list[PlannedCheck] = []
+    found_by_config: dict[Path | None, list[Subject]] = {}
+    seen_files: set[Path] = set()
+    for spec in options.targets:
+        target = resolve_target(spec)
+        config = _config_for(target.files, spec, options, cache)
+        subjects: list[Subject] = []
+        for file in target.files:
+            resolved = file.resolve()
+            module = load_module(file)
+            found = find_subjects(module, file)
+            found_by_config.setdefault(config.path, []).extend(found)
+            if resolved in seen_files:
+                continue
+            seen_files.add(resolved)
+            subjects.extend(found)
+        if target.selector is not None:
+            subjects = select(subjects, target.selector, spec)
+        planned.extend(PlannedCheck(subject, config) for subject in subjects)
+    for path, config in cache.items():
+        _check_config_names(config, found_by_config.get(path, []))
+    if options.keyword:
+        planned = [p for p in planned if options.keyword in p.subject.id]
+    return planned
+
+
+def _check_config_names(config: Config, subjects: list[Subject]) -> None:
+    """A config table naming a function the targets do not define is an error."""
+    for kind, table in (("function", config.functions), ("layer", config.layers)):
+        defined = [s.name for s in subjects if s.kind == kind]
+        for name in table:
+            if name not in defined:
+                plural = "functions" if kind == "function" else "layers"
+                known = f"; the targets define {', '.join(defined)}" if defined else ""
+                raise ConfigError(
+                    f"{config.label}: {plural}.{name}: no {kind} named '{name}' in the targets"
+                    f"{closest(name, defined)}{known}"
+                )
+
+
+def reproduce_command(subject: Subject, settings: Settings, options: RunOptions) -> str:
+    """The command line that checks this one function again with the same draws."""
+    parts = ["gradcheck", "run", subject.id, "--seed", str(settings.seed)]
+    defaults = Settings()
+    for key in ("dtype", "mode", "execution", "atol", "rtol", "eps"):
+        value = getattr(settings, key)
+        if key in options.overrides and value != getattr(defaults, key):
+            parts += [f"--{key}", str(value)]
+    if settings.shape_only:
+        parts.append("--shape-only")
+    if options.config_path is not None:
+        parts += ["-c", str(options.config_path)]
+    for name, size in options.dims.items():
+        parts += ["--dim", f"{name}={size}"]
+    for name, shape in options.shapes.items():
+        parts += ["--shape", f"{name}={','.join(map(str, shape))}"]
+    return " ".join(parts)
+
+
+def request_for(planned: PlannedCheck, options: RunOptions) -> CheckRequest:
+    """The check request for one function: its merged settings, config table and dims."""
+    subject, config = planned.subject, planned.config
+    table = config.subject(subject.kind, subject.name)
+    settings = merged_settings(config, table, options.overrides)
+    return CheckRequest(
+        subject=subject,
+        settings=settings,
+        config=table,
+        dims=config.dims,
+        shape_overrides=options.shapes,
+        config_label=config.label if config.path is not None else "gradcheck.toml",
+        reproduce=reproduce_command(subject, settings, options),
+    )
+
+
+def report_settings(options: RunOptions) -> dict[str, Any]:
+    """``format`` and ``output`` from the config of the first target, if it sets them."""
+    if not options.targets:
+        return {}
+    spec = options.targets[0]
+    location = Path(spec.partition("::")[0])
+    if options.config_path is not None:
+        path: Path | None = options.config_path
+    else:
+        path = find_config_file(location if location.exists() else Path.cwd())
+    if path is None:
+        return {}
+    return dict(read_config_file(path, options.dims).report)
+
+
+def refuse_user_file(output: Path, options: RunOptions) -> None:
+    """The report must never overwrite the user's module or config."""
+    resolved = output.resolve()
+    protected: list[Path] = []
+    for spec in options.targets:
+        location = Path(spec.partition("::")[0])
+        if location.is_file():
+            protected.append(location.resolve())
+    if options.config_path is not None:
+        protected.append(options.config_path.resolve())
+    else:
+        for spec in options.targets:
+            location = Path(spec.partition("::")[0])
+            found = find_config_file(location if location.exists() else Path.cwd())
+            if found is not None:
+                protected.append(found.resolve())
+    if resolved in protected or resolved.suffix == ".py":
+        raise TargetError(
+            f"{output}: refusing to write the report over a module or config file; choose another -o path"
+        )
+
+
+@dataclass(frozen=True)
+class ListedFunction:
+    """What ``gradcheck list`` shows for one function."""
+
+    id: str
+    kind: str
+    signature: str
+    inputs: tuple[str, ...]
+
+
+def listing(options: RunOptions) -> list[ListedFunction]:
+    """What would be checked: each function with its signature and resolved shapes."""
+    import inspect
+
+    from gradcheck.inputs import plan_call
+
+    entries = []
+    for planned in collect(options):
+        request = request_for(planned, options)
+        subject = request.subject
+        forward = subject.forward
+        try:
+            signature = inspect.signature(forward)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            signature = inspect.Signature()
+        if subject.binding in ("method", "classmethod"):
+            parameters = list(signature.parameters.values())[1:]
+            signature = signature.replace(parameters=parameters)
+        plan = plan_call(
+            signature,
+            request.config,
+            request.dims,
+            request.settings.dtype,
+            request.config_label,
+            f"functions.{subject.name}",
+            request.shape_overrides,
+        )
+        lines = []
+        for argument in plan.arguments:
+            if argument.spec is not None:
+                shape = (
+                    "("
+                    + ", ".join(map(str, argument.spec.shape))
+                    + ("," if len(argument.spec.shape) == 1 else "")
+                    + ")"
+                )
+                detail = f"{shape} {argument.spec.dtype}"
+                if argument.spec.distribution != "normal":
+                    detail += f" {argument.spec.distribution}"
+                lines.append(f"{argument.name}: {detail}")
+            elif argument.role == "constant":
+                lines.append(f"{argument.name} = {argument.value!r} (constant)")
+            else:
+                lines.append(f"{argument.name}: not configured (small shapes are guessed at run time)")
+        entries.append(ListedFunction(subject.id, subject.kind, str(signature), tuple(lines)))
+    return entries
+
+
+def run(
+    options: RunOptions,
+    on_result: Callable[[Result, int, int], None] | None = None,
+    on_start: Callable[[Subject, int, int], None] | None = None,
+) -> RunReport:
+    """Collect and check everything; Ctrl-C stops early with the results so far."""
+    start = time.perf_counter()
+    planned = collect(options)
+    requests = [request_for(p, options) for p in planned]
+    seed = requests[0].settings.seed if requests else int(options.overrides.get("seed", 0))
+    results: list[Result] = []
+    interrupted = False
+    try:
+        for index, request in enumerate(requests):
+            if on_start is not None:
+                on_start(request.subject, index, len(requests))
+            with contextlib.redirect_stdout(sys.stderr):
+                result = check_subject(request)
+            results.append(result)
+            if on_result is not None:
+                on_result(result, index, len(requests))
+    except KeyboardInterrupt:
+        interrupted = True
+    strict = any(r.settings.strict for r in requests) or bool(options.overrides.get("strict"))
+    return RunReport(
+        results=tuple(results),
+        seed=seed,
+        seconds=time.perf_counter() - start,
+        interrupted=interrupted,
+        version=VERSION,
+        fail_on=("failed", "error", "skipped") if strict else ("failed", "error"),
+    )
