@@ -76,8 +76,27 @@ def tensorflow() -> Any:
             os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
         else:
             os.environ["TF_CPP_MIN_LOG_LEVEL"] = previous
-    module.get_logger().setLevel("ERROR")
     return module
+
+
+@contextlib.contextmanager
+def quiet_logs() -> Iterator[None]:
+    """Keep TensorFlow's Python warnings (retracing and the like) out of reports, unless ``-v``.
+
+    Each checked function gets a ``tf.function`` of its own, traced once per
+    shape; TensorFlow's heuristic warns about that as "retracing" although no
+    function is traced twice.
+    """
+    if _VERBOSE:
+        yield
+        return
+    logger = tensorflow().get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def tensorflow_available() -> bool:

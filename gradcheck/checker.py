@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from gradcheck import compare
+from gradcheck import _tf, compare
 from gradcheck.config import Settings, SubjectConfig
 from gradcheck.discovery import Subject
 from gradcheck.inputs import (
@@ -207,9 +207,10 @@ class _Check:
                         + "; set them in the config to check the shapes you use"
                     )
                     return candidate
-        if errors and all(type(e).__name__ not in _SHAPE_ERRORS for e in errors):
-            # The forward pass fails the same way whatever the shapes: a bug, not a shape.
-            raise UserCodeError(describe_exception(errors[-1], self.subject.path)) from errors[-1]
+        if errors and self._same_failure_whatever_the_shapes(errors):
+            raise UserCodeError(
+                f"forward pass raised: {describe_exception(errors[-1], self.subject.path)}"
+            ) from errors[-1]
         example = ", ".join(f"{name} = [4, 5]" for name in plan.unknown)
         table = "layers" if self.subject.kind == "layer" else "functions"
         name = self.subject.name if "." not in self.subject.name else f'"{self.subject.name}"'
@@ -219,6 +220,17 @@ class _Check:
             f"add to {self.request.config_label}: [{table}.{name}] inputs = {{ {example} }}"
         )
         return None
+
+    def _same_failure_whatever_the_shapes(self, errors: list[BaseException]) -> bool:
+        """True when probing failed for a reason that has nothing to do with shapes.
+
+        Shape errors name the shapes, so their messages change from one guess
+        to the next; an error that reads the same for every guess, or that
+        is no kind of shape error at all, is a bug in the forward pass.
+        """
+        if len({(type(e), str(e)) for e in errors}) == 1 and len(errors) > 1:
+            return True
+        return all(type(e).__name__ not in _SHAPE_ERRORS for e in errors)
 
     # -- the run ---------------------------------------------------------------
 
@@ -786,8 +798,11 @@ class _Check:
         result = compare.compare_elementwise(got, gradient, tol, expected_error=error)
         if result.ok:
             return result, True
-        magnitude = float(np.max(np.abs(gradient), initial=0.0))
-        reliable = error <= compare.UNRELIABLE * (np.abs(gradient) + compare.NOISE_FLOOR * magnitude + tol.atol)
+        # An element's finite difference is trusted when its own error is small
+        # next to the values being compared (either side), as for projections.
+        size = np.maximum(np.abs(gradient), np.abs(got))
+        magnitude = float(np.max(size, initial=0.0))
+        reliable = error <= compare.UNRELIABLE * (size + compare.NOISE_FLOOR * magnitude + tol.atol)
         strict = compare.compare_elementwise(got, gradient, tol, expected_error=error, mask=reliable)
         return result, (None if strict.ok else False)
 
@@ -972,7 +987,8 @@ def check_subject(request: CheckRequest) -> Result:
     """Check one function; the user's exceptions become ``error`` results, never escape."""
     start = time.perf_counter()
     check = _Check(request)
-    status = check.run()
+    with _tf.quiet_logs():
+        status = check.run()
     subject = request.subject
     return Result(
         id=subject.id,

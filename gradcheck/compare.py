@@ -80,7 +80,8 @@ def compare_elementwise(
     expected = np.asarray(expected, dtype=np.float64)
     if mask is None:
         mask = np.ones(expected.shape, dtype=bool)
-    difference = np.where(mask, np.abs(got - expected), 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        difference = np.where(mask, np.abs(got - expected), 0.0)
     magnitude = float(np.max(np.abs(np.where(mask, expected, 0.0)), initial=0.0))
     bound = tol.atol + tol.rtol * np.abs(expected) + tol.rtol * NOISE_FLOOR * magnitude
     if expected_error is not None:

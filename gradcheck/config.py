@@ -135,8 +135,9 @@ class Config:
 
 def closest(name: str, candidates: list[str] | set[str] | tuple[str, ...]) -> str:
     """`` (did you mean 'x'?)`` for the closest candidate, or ``''``."""
-    matches = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.6)
-    return f" (did you mean '{matches[0]}'?)" if matches else ""
+    by_lower = {candidate.lower(): candidate for candidate in sorted(candidates)}
+    matches = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f" (did you mean '{by_lower[matches[0]]}'?)" if matches else ""
 
 
 def _fail(label: str, key: str, message: str) -> ConfigError:
@@ -283,11 +284,13 @@ def _flatten_functions(label: str, table: Any, prefix: str) -> dict[str, Any]:
         raise _fail(label, prefix, "must be a table of [" + prefix + ".NAME] tables")
     flat: dict[str, Any] = {}
     for name, value in table.items():
+        # A class's methods nest one level deeper; a misspelt key ('input')
+        # must still be reported as one, not taken for a method name.
         is_namespace = (
             isinstance(value, dict)
             and value
             and all(isinstance(v, dict) for v in value.values())
-            and not set(value) & _SUBJECT_KEYS
+            and not any(difflib.get_close_matches(k, sorted(_SUBJECT_KEYS), n=1, cutoff=0.75) for k in value)
         )
         if is_namespace:
             for inner, inner_value in value.items():

@@ -57,21 +57,23 @@ class PlannedCheck:
     config: Config
 
 
-def _config_for(
-    target_files: tuple[Path, ...], spec: str, options: RunOptions, cache: dict[Path | None, Config]
-) -> Config:
+def _config_for(location: Path, options: RunOptions, cache: dict[Path | None, Config]) -> Config:
+    """The config that applies to a file: ``-c``, else the nearest one above it."""
     if options.config_path is not None:
         path: Path | None = options.config_path
     else:
-        start = target_files[0] if target_files else Path(spec.partition("::")[0])
-        path = find_config_file(start if start.exists() else Path.cwd())
+        path = find_config_file(location if location.exists() else Path.cwd())
     if path not in cache:
         cache[path] = read_config_file(path, options.dims) if path is not None else Config(dims=dict(options.dims))
     return cache[path]
 
 
 def collect(options: RunOptions) -> list[PlannedCheck]:
-    """Import every target and find its functions; raise a UsageError for bad input."""
+    """Import every target and find its functions; raise a UsageError for bad input.
+
+    Each file gets the config found from its own folder upwards (or ``-c``),
+    so a directory of packages with their own configs checks as a whole.
+    """
     _tf.tensorflow()
     cache: dict[Path | None, Config] = {}
     planned: list[PlannedCheck] = []
@@ -79,20 +81,23 @@ def collect(options: RunOptions) -> list[PlannedCheck]:
     seen_files: set[Path] = set()
     for spec in options.targets:
         target = resolve_target(spec)
-        config = _config_for(target.files, spec, options, cache)
-        subjects: list[Subject] = []
+        if not target.files:
+            _config_for(Path(spec.partition("::")[0]), options, cache)
+        found_here: list[PlannedCheck] = []
         for file in target.files:
-            resolved = file.resolve()
+            config = _config_for(file, options, cache)
             module = load_module(file)
             found = find_subjects(module, file)
             found_by_config.setdefault(config.path, []).extend(found)
+            resolved = file.resolve()
             if resolved in seen_files:
                 continue
             seen_files.add(resolved)
-            subjects.extend(found)
+            found_here.extend(PlannedCheck(subject, config) for subject in found)
         if target.selector is not None:
-            subjects = select(subjects, target.selector, spec)
-        planned.extend(PlannedCheck(subject, config) for subject in subjects)
+            chosen = {s.id for s in select([p.subject for p in found_here], target.selector, spec)}
+            found_here = [p for p in found_here if p.subject.id in chosen]
+        planned.extend(found_here)
     for path, config in cache.items():
         _check_config_names(config, found_by_config.get(path, []))
     if options.keyword:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -54,22 +55,30 @@ def result_line(result: Result) -> Text:
     return line
 
 
+_PROBLEM_COLUMNS = (
+    ("input", lambda p: p.input or "-"),
+    ("check", lambda p: p.check),
+    ("execution", lambda p: p.execution or ""),
+    ("expected", lambda p: p.expected or ""),
+    ("got", lambda p: p.got or ""),
+    ("max abs", lambda p: _number(p.max_abs_error)),
+    ("max rel", lambda p: _number(p.max_rel_error)),
+    ("worst index", lambda p: _index(p.worst_index)),
+)
+
+
 def problem_table(problems: tuple[Problem, ...]) -> Table:
-    """The table of one function's problems: where, which check, and by how much."""
+    """The table of one function's problems: where, which check, and by how much.
+
+    Columns that no problem fills are left out.
+    """
+    cells = [[cell(problem) for _, cell in _PROBLEM_COLUMNS] for problem in problems]
+    keep = [i for i, (name, _) in enumerate(_PROBLEM_COLUMNS) if i < 2 or any(row[i] for row in cells)]
     table = Table(box=None, padding=(0, 2, 0, 0), show_edge=False, header_style="bold")
-    for column in ("input", "check", "execution", "expected", "got", "max abs", "max rel", "worst index"):
-        table.add_column(column, overflow="fold")
-    for problem in problems:
-        table.add_row(
-            problem.input or "-",
-            problem.check,
-            problem.execution or "",
-            problem.expected or "",
-            problem.got or "",
-            _number(problem.max_abs_error),
-            _number(problem.max_rel_error),
-            _index(problem.worst_index),
-        )
+    for i in keep:
+        table.add_column(_PROBLEM_COLUMNS[i][0], overflow="fold")
+    for row in cells:
+        table.add_row(*(row[i] for i in keep))
     return table
 
 
@@ -89,14 +98,14 @@ def _render_details(result: Result, console: Console, verbose: bool) -> None:
     if result.status == "skipped" and result.skip_reason:
         console.print(Text(indent + result.skip_reason, style="yellow"), soft_wrap=True)
     if result.problems:
-        console.print(problem_table(result.problems), style="", crop=False)
+        console.print(Padding(problem_table(result.problems), (0, 0, 0, len(indent))), crop=False)
         for problem in result.problems:
             head = f"{indent}{problem.input or result.name} ({problem.check}): "
             console.print(Text(head, style="bold") + Text(problem.message), soft_wrap=True)
             if problem.hint:
                 console.print(Text(f"{indent}  hint: ", style="cyan") + Text(problem.hint), soft_wrap=True)
     if verbose and result.inputs:
-        console.print(input_table(result))
+        console.print(Padding(input_table(result), (0, 0, 0, len(indent))))
     if result.notes and (verbose or result.status != "passed"):
         for note in result.notes:
             console.print(Text(f"{indent}note: {note}", style="dim"), soft_wrap=True)

@@ -1,0 +1,52 @@
+"""Test helpers: user modules written to files, the real CLI through CliRunner."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+
+from gradcheck.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def invoke(*args: str) -> Result:
+    """Run ``gradcheck`` in this process, as a user would from the shell."""
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    """Write a dedented file and return its path."""
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    return path
+
+
+def copy_fixture(name: str, destination: Path) -> Path:
+    """Copy a fixture folder from tests/fixtures into ``destination``."""
+    target = destination / name
+    shutil.copytree(FIXTURES / name, target)
+    return target
+
+
+def run_json(*args: str) -> dict[str, Any]:
+    """``gradcheck run ... --format json`` parsed; stdout must hold the document alone."""
+    result = invoke("run", *args, "--format", "json")
+    return json.loads(result.stdout)
+
+
+def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The report's results keyed by function name."""
+    return {result["name"]: result for result in report["results"]}
+
+
+def blamed(result: dict[str, Any]) -> set[tuple[str, str | None]]:
+    """The (check, input) pairs of a result's problems."""
+    return {(problem["check"], problem["input"]) for problem in result["problems"]}

@@ -1,0 +1,139 @@
+"""Finite differences and the instrumented harness, against TensorFlow itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradcheck import compare
+from gradcheck.inputs import Argument, CallPlan, TensorSpec
+from gradcheck.numerics import (
+    Harness,
+    default_step,
+    directional_derivative,
+    element_directions,
+    finite_difference_gradient,
+)
+
+tf = pytest.importorskip("tensorflow")
+
+
+def _plan(**shapes: tuple[int, ...]) -> CallPlan:
+    return CallPlan(
+        arguments=tuple(
+            Argument(name=n, role="input", spec=TensorSpec(shape=s, dtype="float64")) for n, s in shapes.items()
+        )
+    )
+
+
+def _loss(function):  # type: ignore[no-untyped-def]
+    def loss(values):  # type: ignore[no-untyped-def]
+        value = function(values["x"])
+        return float(np.sum(value)), float(np.sum(np.abs(value)))
+
+    return loss
+
+
+def test_step_is_cbrt_of_machine_epsilon() -> None:
+    assert default_step("float64") == pytest.approx(6.06e-6, rel=1e-2)
+    assert default_step("float32") == pytest.approx(4.9e-3, rel=1e-2)
+
+
+def test_directional_derivative_of_a_cubic_is_accurate() -> None:
+    x = np.array([0.3, -1.2, 2.0])
+    direction = np.array([1.0, 0.5, -2.0])
+    estimate = directional_derivative(_loss(lambda v: v**3), {"x": x}, "x", direction, 1e-3, "float64")
+    assert estimate.value == pytest.approx(float(np.sum(3 * x**2 * direction)), rel=1e-9)
+    assert estimate.error < 1e-4
+
+
+def test_relative_step_handles_large_inputs() -> None:
+    """A fixed absolute step drowns in rounding at |x| ~ 1e5; scaling it by |x| does not."""
+    x = np.array([3.0e4, 7.0e4, 1.0e5])
+    scale = np.maximum(1.0, np.abs(x))
+    gradient, _, _ = finite_difference_gradient(
+        _loss(lambda v: v**3), {"x": x}, "x", scale, default_step("float64"), "float64", symmetric=False
+    )
+    assert np.allclose(gradient, 3 * x**2, rtol=1e-7)
+    fixed, _, _ = finite_difference_gradient(
+        _loss(lambda v: v**3), {"x": x}, "x", np.ones(3), 1e-9, "float64", symmetric=False
+    )
+    assert not np.allclose(fixed, 3 * x**2, rtol=1e-5)
+
+
+def test_symmetric_inputs_are_perturbed_in_pairs() -> None:
+    groups = element_directions((3, 3), symmetric=True)
+    assert len(groups) == 6
+    assert ((0, 1), (1, 0)) in groups and ((2, 2),) in groups
+    # A function of the lower triangle only: the symmetric estimate is the symmetric part.
+    x = np.array([[2.0, 0.3, 0.1], [0.3, 3.0, 0.2], [0.1, 0.2, 4.0]])
+    weights = np.tril(np.arange(1.0, 10.0).reshape(3, 3))
+    gradient, _, _ = finite_difference_gradient(
+        _loss(lambda v: np.sum(weights * v, keepdims=True)), {"x": x}, "x", np.ones((3, 3)), 1e-4, "float64", True
+    )
+    assert np.allclose(gradient, 0.5 * (weights + weights.T))
+
+
+def test_harness_records_what_the_backward_returned() -> None:
+    @tf.custom_gradient
+    def f(x, w):
+        def grad(dy):
+            return dy * w, tf.reduce_sum(dy * x)
+
+        return x * w, grad
+
+    harness = Harness(f.__wrapped__, _plan(x=(3,), w=(3,)))
+    values = {"x": np.arange(3.0), "w": np.ones(3)}
+    harness.outputs(values)
+    for execution in ("eager", "function"):
+        outcome = harness.custom(values, [np.ones(3)], execution)
+        assert outcome.ok
+        assert outcome.record.calls == 1
+        assert [(g.kind, g.shape, g.dtype) for g in outcome.record.returned] == [
+            ("tensor", (3,), "float64"),
+            ("tensor", (), "float64"),
+        ]
+    native = harness.native(values, [np.ones(3)])
+    assert np.allclose(native.grads["w"], np.arange(3.0))
+
+
+def test_harness_traces_tf_function_once() -> None:
+    traces = []
+
+    @tf.custom_gradient
+    def f(x):
+        traces.append(1)
+
+        def grad(dy):
+            return 2.0 * dy
+
+        return 2.0 * x, grad
+
+    harness = Harness(f.__wrapped__, _plan(x=(4,)))
+    harness.outputs({"x": np.zeros(4)})
+    traces.clear()
+    for seed in range(3):
+        values = {"x": np.random.default_rng(seed).standard_normal(4)}
+        assert harness.custom(values, [np.ones(4)], "function").ok
+    assert len(traces) == 1
+
+
+def test_projection_of_custom_gradient_matches_finite_differences() -> None:
+    @tf.custom_gradient
+    def f(x):
+        def grad(dy):
+            return dy * tf.cos(x)
+
+        return tf.sin(x), grad
+
+    harness = Harness(f.__wrapped__, _plan(x=(5,)))
+    x = np.linspace(-1, 1, 5)
+    upstream = [np.arange(1.0, 6.0)]
+    harness.outputs({"x": x})
+    custom = harness.custom({"x": x}, upstream, "eager").grads["x"]
+    direction = np.random.default_rng(0).standard_normal(5)
+    estimate = directional_derivative(lambda v: harness.loss(v, upstream), {"x": x}, "x", direction, 6e-6, "float64")
+    verdict = compare.compare_projection(
+        custom, direction, estimate.value, estimate.error, compare.tolerance("float64", "numeric")
+    )
+    assert verdict.ok and verdict.conclusive
