@@ -272,3 +272,50 @@ def test_user_module_and_config_are_not_modified(project: Path) -> None:
     assert invoke("run", "ops.py", "-o", "report.txt").exit_code == 0
     assert before == (module.read_bytes(), config.read_bytes(), module.stat().st_mtime_ns, config.stat().st_mtime_ns)
     assert "PASSED" in (project / "report.txt").read_text()
+
+
+@tf.custom_gradient
+def square_wrong_sign(x):
+    def grad(dy):
+        return -2.0 * x * dy
+
+    return x * x, grad
+
+
+@pytest.mark.parametrize(
+    ("reference", "checks"),
+    [("both", {"native", "numeric"}), ("numeric", {"numeric"}), ("native", {"native"}), ("none", set())],
+)
+def test_reference_selects_the_comparisons(reference: str, checks: set[str]) -> None:
+    result = gradcheck.check(square_wrong_sign, inputs={"x": (6,)}, reference=reference)
+    assert {p.check for p in result.problems} == checks
+    assert result.status == ("failed" if checks else "passed")
+
+
+def test_the_reproduce_command_gives_the_same_verdict(project: Path) -> None:
+    write(
+        project,
+        "ops.py",
+        """
+        import tensorflow as tf
+
+        @tf.custom_gradient
+        def f(x, w):
+            def grad(dy):
+                return dy * w, dy * x * 1.01
+            return x * w, grad
+        """,
+    )
+    first = run_json("ops.py", "--seed", "11", "--mode", "full", "--dim", "N=3", "--shape", "x=N", "--shape", "w=N")
+    command = first["results"][0]["reproduce"].split()
+    assert command[:2] == ["gradcheck", "run"]
+    again = run_json(*command[2:])
+    assert again["results"][0]["problems"] == first["results"][0]["problems"]
+    assert (
+        again["results"][0]["inputs"]
+        == first["results"][0]["inputs"]
+        == [
+            {"name": "x", "shape": [3], "dtype": "float64"},
+            {"name": "w", "shape": [3], "dtype": "float64"},
+        ]
+    )
