@@ -150,6 +150,40 @@ def custom_gradient_parts(obj: Any) -> CustomGradientParts | None:
     )
 
 
+def is_keras_variable(value: Any) -> bool:
+    """True for a Keras 3 variable (which is not a ``tf.Variable`` but wraps one)."""
+    return any(
+        cls.__name__ == "Variable" and cls.__module__.startswith("keras") for cls in type(value).__mro__
+    )
+
+
+def underlying_variable(value: Any) -> Any:
+    """The ``tf.Variable`` behind a Keras 3 variable (or the variable itself)."""
+    return value.value if is_keras_variable(value) else value
+
+
+def is_keras_layer_class(obj: Any) -> bool:
+    """True for a subclass of Keras's ``Layer`` (Keras 3 or tf.keras), without importing Keras."""
+    if not isinstance(obj, type):
+        return False
+    return any(
+        cls.__name__ == "Layer" and cls.__module__.startswith(("keras", "tf_keras")) for cls in obj.__mro__[1:]
+    )
+
+
+def wrapper_parts(obj: Any) -> tuple[str, Callable[..., Any]] | None:
+    """``(decorator name, wrapped function)`` for TF gradient wrappers such as ``tf.recompute_grad``."""
+    try:
+        decorators, target = _decorator_chain(obj)
+    except Exception:  # an object whose attribute access raises is not ours to check
+        return None
+    names = [getattr(d, "decorator_name", "") for d in decorators]
+    for name in ("recompute_grad", "grad_pass_through"):
+        if name in names and callable(target):
+            return name, target
+    return None
+
+
 def is_tf_own(obj: Any) -> bool:
     """True for TensorFlow's own decorators imported into a user's namespace."""
     module = getattr(obj, "__module__", "") or ""

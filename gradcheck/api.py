@@ -72,6 +72,7 @@ def check(
     eps: float | None = None,
     execution: str | None = None,
     shape_only: bool | None = None,
+    order: int | None = None,
     dims: Mapping[str, int] | None = None,
 ) -> Result:
     """Check one custom-gradient function and return its result record.
@@ -99,6 +100,7 @@ def check(
         "eps": eps,
         "execution": execution,
         "shape_only": shape_only,
+        "order": order,
     }
     overrides = {key: validate_setting(_LABEL, key, value) for key, value in given.items() if value is not None}
     settings = merged_settings(Config(dims=dims), table, overrides)
@@ -110,6 +112,7 @@ def check(
         dims=dims,
         config_label=_LABEL,
         reproduce=command,
+        dtype_given=dtype is not None,
     )
     return check_subject(request)
 

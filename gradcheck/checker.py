@@ -1,26 +1,36 @@
-"""One custom-gradient function -> one :class:`Result`; the user's exceptions become results.
+"""One custom-gradient function or layer -> one :class:`Result`; the user's exceptions become results.
 
-The order of work for one function:
+The order of work for one subject:
 
-1. plan the call (config, or probing small shapes) and draw seeded inputs;
-2. one forward pass, then the custom vector-Jacobian product in each
-   execution mode through an instrumented backward function;
-3. audit what the backward function returned: count, shapes, dtypes;
+1. build the call target (a function, a bound method, a gradient wrapper, or
+   a Keras layer whose custom-gradient functions are swapped in and out),
+   plan the call (config, input signature, or probing small shapes) and
+   draw seeded inputs; code written for float32 is detected and rerun in
+   float32;
+2. one forward pass, which also finds the variables it reads, then the
+   custom vector-Jacobian product in each execution mode through an
+   instrumented backward function;
+3. audit what each backward function returned: count, shapes, dtypes, and
+   its variable gradients;
 4. unless ``--shape-only``: compare eager with ``tf.function``, and each
-   input's gradient with native autodiff (element-wise) and with finite
-   differences (random projections in ``fast`` mode, whole gradients in
-   ``full`` mode or to localise a fast-mode failure), redrawing the inputs
-   where only finite differences disagree, since a kink inside the step
-   fools them and nothing else;
-5. name the likely bug where the pattern is recognisable.
+   input's and variable's gradient with native autodiff (element-wise) and
+   with finite differences (random projections in ``fast`` mode, whole
+   gradients in ``full`` mode or to localise a fast-mode failure), evaluated
+   in float64 where the function allows it, redrawing the inputs where only
+   finite differences disagree, since a kink inside the step fools them and
+   nothing else; with ``--order 2`` the same for the gradient of the
+   gradient;
+5. name the likely bug where the pattern is recognisable;
+6. put the user's variables back as they were.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +41,6 @@ from gradcheck import _tf, compare
 from gradcheck.config import Settings, SubjectConfig
 from gradcheck.discovery import Subject
 from gradcheck.inputs import (
-    Argument,
     CallPlan,
     candidate_shapes,
     draw_tensor,
@@ -40,8 +49,14 @@ from gradcheck.inputs import (
     symmetrize,
 )
 from gradcheck.numerics import (
+    BackwardRecord,
+    FunctionTarget,
     Harness,
+    LayerTarget,
     Outcome,
+    Patch,
+    Source,
+    WrapperTarget,
     default_step,
     directional_derivative,
     finite_difference_gradient,
@@ -57,18 +72,28 @@ MAX_DRAWS = 3
 LOCALISE_MAX_ELEMENTS = 4096
 #: Exceptions that mean "these shapes do not fit" while probing.
 _SHAPE_ERRORS = ("InvalidArgumentError", "ValueError", "TypeError", "IndexError")
+#: How TensorFlow says that float64 inputs met float32 code.
+_DTYPE_CLASH = re.compile(
+    r"(double|float64).*(float32|\bfloat\b)|(float32|\bfloat\b).*(double|float64)", re.IGNORECASE | re.DOTALL
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_VARIABLES_REFUSED = "must accept keyword argument 'variables'"
+_VARIABLES_HINT = (
+    "accept variables=None in the backward function and return (input_gradients, variable_gradients), "
+    "or pass tf.convert_to_tensor(weight) into the custom-gradient function instead of the variable"
+)
 
 
 @dataclass(frozen=True)
 class CheckRequest:
-    """Everything needed to check one function."""
+    """Everything needed to check one function or layer."""
 
     subject: Subject
     """What to check."""
     settings: Settings
-    """The merged settings for this function."""
+    """The merged settings for this subject."""
     config: SubjectConfig | None = None
-    """Its ``[functions.NAME]`` table, if any."""
+    """Its ``[functions.NAME]`` or ``[layers.NAME]`` table, if any."""
     dims: Mapping[str, int] = field(default_factory=dict)
     """Named sizes."""
     shape_overrides: Mapping[str, tuple[int | str, ...]] = field(default_factory=dict)
@@ -77,10 +102,19 @@ class CheckRequest:
     """How messages name the config file."""
     reproduce: str | None = None
     """The command that reproduces this check."""
+    dtype_given: bool = False
+    """True when the user chose the dtype (then float32 code is not rerun silently)."""
 
 
 class UserCodeError(Exception):
     """The user's code raised before any gradient could be computed."""
+
+
+def _message_lines(error: BaseException) -> list[str]:
+    text = _ANSI.sub("", str(error))
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    # Keras wraps errors raised in call() in a paragraph of its own; the cause follows.
+    return [line for line in lines if not line.startswith(("Exception encountered when calling", "Arguments received by", "•"))]
 
 
 def describe_exception(error: BaseException, path: str | None) -> str:
@@ -104,7 +138,7 @@ def describe_exception(error: BaseException, path: str | None) -> str:
                     break
             if where:
                 break
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    lines = _message_lines(error)
     message = lines[0] if lines else ""
     if len(message) > 300:
         message = message[:297] + "..."
@@ -122,9 +156,30 @@ def _fmt_index(index: tuple[int, ...] | None) -> str:
     return "[" + ", ".join(map(str, index)) + "]" if index is not None else "?"
 
 
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _dtype_clash(error: BaseException) -> bool:
+    return type(error).__name__ in _SHAPE_ERRORS and bool(_DTYPE_CLASH.search(str(error)))
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One argument a backward function owes a gradient for, as the audit sees it."""
+
+    name: str
+    role: str
+    """``input``, ``integer``, ``constant`` or ``variable`` (a variable passed as an argument)."""
+    shape: tuple[int | None, ...] | None = None
+    dtype: str | None = None
+    value: Any = None
+    """The constant's value, for messages."""
+
+
 @dataclass
-class _InputVerdict:
-    """The judgement of one input's gradient at one draw."""
+class _Verdict:
+    """The judgement of one source's gradient at one draw."""
 
     final: bool
     problems: list[Problem] = field(default_factory=list)
@@ -133,70 +188,211 @@ class _InputVerdict:
     reference: np.ndarray | None = None
 
 
+@dataclass
+class _Built:
+    """A call target with its plan and the things needed to run and name it."""
+
+    target: Any
+    plan: CallPlan
+    name_variable: Callable[[Any], str]
+    layer: Any = None
+
+
 class _Check:
-    """The state of one check: settings, harness, and the problems found so far."""
+    """The state of one check: settings, harnesses, and the problems found so far."""
 
     def __init__(self, request: CheckRequest) -> None:
         self.request = request
         self.subject = request.subject
         self.settings = request.settings
+        self.dtype = request.settings.dtype
         self.notes: list[str] = []
         self.problems: list[Problem] = []
         self.plan: CallPlan | None = None
         self.harness: Harness | None = None
+        self.reference: Harness | None = None
         self.backward_line: int | None = None
         self.skip_reason: str | None = None
+        self.built: _Built | None = None
         self._draws: dict[int, tuple[dict[str, Any], list[np.ndarray]]] = {}
 
-    # -- set-up ----------------------------------------------------------------
+    # -- targets ---------------------------------------------------------------
 
-    def forward_callable(self) -> Any:
+    @property
+    def _table_key(self) -> str:
+        table = "layers" if self.subject.kind == "layer" else "functions"
+        name = self.subject.name if "." not in self.subject.name else f'"{self.subject.name}"'
+        return f"[{table}.{name}]"
+
+    def _init_kwargs(self) -> dict[str, Any]:
+        return dict(self.request.config.init) if self.request.config else {}
+
+    def _construct(self, cls: type, kwargs: dict[str, Any], what: str) -> Any:
+        try:
+            inspect.signature(cls).bind(**kwargs)
+        except TypeError as error:
+            raise _NeedsConfig(
+                f"{cls.__name__}(...) needs constructor arguments ({error}); add to "
+                f"{self.request.config_label}: {self._table_key} init = {{ ... }}"
+            ) from error
+        except ValueError:  # no signature to check against: let the call itself tell
+            pass
+        try:
+            return cls(**kwargs)
+        except Exception as error:  # the user's constructor raised
+            raise UserCodeError(
+                f"could not construct {cls.__name__}(**init) for the {what}: "
+                f"{describe_exception(error, self.subject.path)}; give its arguments as "
+                f"init = {{...}} in {self._table_key}"
+            ) from error
+
+    def build(self, dtype: str) -> _Built:
+        """The call target and its plan, with float inputs in ``dtype``."""
         subject = self.subject
+        namer = self._variable_namer(None)
+        if subject.kind == "layer":
+            return self._build_layer(dtype)
         forward = subject.forward
+        assert forward is not None
         if subject.binding == "method":
-            init = self.request.config.init if self.request.config else {}
-            try:
-                instance = subject.owner(**init)  # type: ignore[misc]
-            except Exception as error:  # the user's constructor raised
-                raise UserCodeError(
-                    f"could not construct {subject.owner.__name__}(**init) for the method: "  # type: ignore[union-attr]
-                    f"{describe_exception(error, subject.path)}; give its arguments as "
-                    f'init = {{...}} in [functions."{subject.name}"]'
-                ) from error
-            return forward.__get__(instance, subject.owner)  # type: ignore[union-attr]
-        if subject.binding == "classmethod":
-            return forward.__get__(subject.owner, type(subject.owner))  # type: ignore[union-attr]
-        return forward
+            instance = self._construct(subject.owner, self._init_kwargs(), "method")  # type: ignore[arg-type]
+            forward = forward.__get__(instance, subject.owner)
+            namer = self._variable_namer(instance)
+        elif subject.binding == "classmethod":
+            forward = forward.__get__(subject.owner, type(subject.owner))
+        if subject.binding == "wrapper":
+            target: Any = WrapperTarget(subject.obj, forward)
+        else:
+            target = FunctionTarget(forward, subject.name.rsplit(".", 1)[-1])
+        return _Built(target, self._plan(inspect.signature(forward), dtype), namer)
+
+    def _plan(self, signature: inspect.Signature, dtype: str) -> CallPlan:
+        signature_shapes = None
+        if self.subject.input_signature:
+            parameters = [p.name for p in signature.parameters.values()]
+            signature_shapes = {}
+            for name, spec in zip(parameters, self.subject.input_signature):
+                shape = getattr(spec, "shape", None)
+                spec_dtype = getattr(spec, "dtype", None)
+                if shape is None or spec_dtype is None or shape.rank is None:
+                    continue
+                signature_shapes[name] = (tuple(shape.as_list()), spec_dtype.name)
+        table = "layers" if self.subject.kind == "layer" else "functions"
+        return plan_call(
+            signature,
+            self.request.config,
+            self.request.dims,
+            dtype,
+            self.request.config_label,
+            f"{table}.{self.subject.name}",
+            self.request.shape_overrides,
+            signature_shapes,
+        )
+
+    def _build_layer(self, dtype: str) -> _Built:
+        subject = self.subject
+        cls = subject.obj
+        kwargs = self._init_kwargs()
+        if "dtype" not in kwargs and _accepts_keyword(cls.__init__, "dtype"):
+            kwargs["dtype"] = dtype
+        layer = self._construct(cls, kwargs, "layer")
+        patches = [
+            Patch(namespace, name, namespace[name], parts.forward)
+            for namespace, name in subject.patches
+            if (parts := _tf.custom_gradient_parts(namespace[name])) is not None
+        ]
+        signature = inspect.signature(layer.call)
+        return _Built(LayerTarget(layer, patches), self._plan(signature, dtype), self._variable_namer(layer), layer)
+
+    def _variable_namer(self, owner: Any) -> Callable[[Any], str]:
+        """Name a variable by the attribute or global that holds it, else by its own name."""
+        module = self.subject.module
+        forward = self.subject.forward
+
+        def name(variable: Any) -> str:
+            places: list[dict[str, Any]] = []
+            if owner is not None:
+                places.append(vars(owner))
+            if forward is not None:
+                try:
+                    closure = inspect.getclosurevars(inspect.unwrap(forward))
+                    places.append(dict(closure.nonlocals))
+                except (TypeError, ValueError):
+                    pass
+            if module is not None:
+                places.append(vars(module))
+            for place in places:
+                for key, value in place.items():
+                    if key.startswith("__"):
+                        continue
+                    if value is variable or (_tf.is_keras_variable(value) and value.value is variable):
+                        return key
+            text = getattr(variable, "name", "variable")
+            return text[:-2] if text.endswith(":0") else text
+
+        return name
+
+    # -- draws -----------------------------------------------------------------
 
     def draw(self, index: int) -> tuple[dict[str, Any], list[np.ndarray]]:
-        """Input values and upstream gradients of draw ``index`` (cached)."""
+        """Input values, variable values and upstream gradients of draw ``index`` (cached).
+
+        Draw 0 is made by :meth:`_run_in`; a redraw takes fresh inputs and
+        upstream gradients and keeps the variables where draw 0 put them.
+        """
         if index not in self._draws:
             assert self.plan is not None and self.harness is not None
-            rng = subject_rng(self.settings.seed, self.subject.name, index)
-            values = draw_values(self.plan, rng)
-            if self.harness.output_specs is None:
-                self.harness.outputs(values)
-            upstreams = [
-                rng.standard_normal(size=spec.shape).astype(np.float64) for spec in self.harness.output_specs or []
-            ]
-            self._draws[index] = (values, upstreams)
+            values = draw_values(self.plan, subject_rng(self.settings.seed, self.subject.name, index))
+            first = self._draws[0][0]
+            values.update({name: first[name] for name, _ in self.harness.variables})
+            self._draws[index] = (values, self._upstreams(index))
         return self._draws[index]
 
-    def probe(self, plan: CallPlan, forward: Any) -> CallPlan | None:
+    def _upstreams(self, index: int) -> list[np.ndarray]:
+        assert self.harness is not None
+        rng = subject_rng(self.settings.seed, self.subject.name + ":upstream", index)
+        return [rng.standard_normal(size=spec.shape) for spec in self.harness.output_specs or []]
+
+    def _redraw_layer_weights(self, values: dict[str, Any], layer: Any, rng: np.random.Generator) -> None:
+        """Give a fresh layer's weights seeded values, so the report does not depend on Keras's seeds.
+
+        Each weight keeps the sign and scale its initializer gave it: an
+        all-positive weight (a scale) stays positive, an all-zero one (a bias)
+        gets small values so that its gradient is exercised.
+        """
+        assert self.harness is not None
+        weights = {id(_tf.underlying_variable(w)) for w in getattr(layer, "trainable_weights", [])}
+        for name, variable in self.harness.variables:
+            if id(variable) not in weights:
+                continue
+            current = np.asarray(variable.numpy(), dtype=np.float64)
+            scale = float(np.std(current)) or float(np.mean(np.abs(current))) or 0.1
+            drawn = rng.standard_normal(size=current.shape) * scale
+            if current.size and np.all(current > 0):
+                drawn = np.abs(drawn) + float(np.min(current))
+            values[name] = _round_to(drawn, variable.dtype.name)
+
+    # -- probing ---------------------------------------------------------------
+
+    def probe(self, plan: CallPlan, built: _Built) -> CallPlan | None:
         """The first candidate shapes the forward pass accepts, or None (and a skip reason)."""
         last_error: BaseException | None = None
         errors: list[BaseException] = []
         for shapes in candidate_shapes(plan.unknown):
             for distribution in ("normal", "positive"):
-                candidate = plan.with_shapes(shapes, self.settings.dtype).with_distribution(distribution)
-                harness = Harness(forward, candidate)
+                candidate = plan.with_shapes(shapes, self.dtype).with_distribution(distribution)
+                harness = Harness(built.target, candidate, built.name_variable)
                 values = draw_values(candidate, subject_rng(self.settings.seed, self.subject.name, 0))
                 try:
+                    values.update(_current_variable_values(harness, values))
                     outputs = harness.outputs(values)
                 except Exception as error:  # the forward refused these shapes
+                    harness.restore()
                     last_error = error
                     errors.append(error)
                     break
+                finally:
+                    harness.restore()
                 if not outputs:
                     break
                 if all(np.all(np.isfinite(o)) for o in outputs):
@@ -208,16 +404,14 @@ class _Check:
                     )
                     return candidate
         if errors and self._same_failure_whatever_the_shapes(errors):
-            raise UserCodeError(
-                f"forward pass raised: {describe_exception(errors[-1], self.subject.path)}"
-            ) from errors[-1]
+            raise UserCodeError(f"forward pass raised: {describe_exception(errors[-1], self.subject.path)}") from errors[-1]
+        if errors and all(_dtype_clash(e) for e in errors) and self.dtype == "float64":
+            raise _NeedsFloat32(errors[-1])
         example = ", ".join(f"{name} = [4, 5]" for name in plan.unknown)
-        table = "layers" if self.subject.kind == "layer" else "functions"
-        name = self.subject.name if "." not in self.subject.name else f'"{self.subject.name}"'
         why = f" (last try: {describe_exception(last_error, self.subject.path)})" if last_error else ""
         self.skip_reason = (
             f"no shapes configured for {', '.join(plan.unknown)} and no guessed shapes worked{why}; "
-            f"add to {self.request.config_label}: [{table}.{name}] inputs = {{ {example} }}"
+            f"add to {self.request.config_label}: {self._table_key} inputs = {{ {example} }}"
         )
         return None
 
@@ -228,6 +422,8 @@ class _Check:
         to the next; an error that reads the same for every guess, or that
         is no kind of shape error at all, is a bug in the forward pass.
         """
+        if any(_dtype_clash(e) for e in errors):
+            return False
         if len({(type(e), str(e)) for e in errors}) == 1 and len(errors) > 1:
             return True
         return all(type(e).__name__ not in _SHAPE_ERRORS for e in errors)
@@ -235,41 +431,55 @@ class _Check:
     # -- the run ---------------------------------------------------------------
 
     def run(self) -> str:
-        """Check the function; return its status."""
+        """Check the subject; return its status. Variables are restored whatever happens."""
         try:
-            forward = self.forward_callable()
-            plan = plan_call(
-                inspect.signature(forward),
-                self.request.config,
-                self.request.dims,
-                self.settings.dtype,
-                self.request.config_label,
-                f"{'layers' if self.subject.kind == 'layer' else 'functions'}.{self.subject.name}",
-                self.request.shape_overrides,
-            )
-            if plan.unknown:
-                probed = self.probe(plan, forward)
-                if probed is None:
-                    return "skipped"
-                plan = probed
+            return self._run_in(self.dtype, keyword_constants=set())
+        except _NeedsConfig as missing:
+            self.skip_reason = str(missing)
+            return "skipped"
         except UserCodeError as error:
             self.problems.append(Problem("exception", None, str(error)))
             return "error"
-        self.plan = plan
-        self.harness = Harness(forward, plan)
+        finally:
+            for harness in (self.harness, self.reference):
+                if harness is not None:
+                    harness.restore()
+
+    def _run_in(self, dtype: str, keyword_constants: set[str]) -> str:
+        self.dtype = dtype
+        self._draws.clear()
+        built = self.build(dtype)
+        plan = built.plan.with_keywords(keyword_constants) if keyword_constants else built.plan
         try:
-            values, upstreams = self.draw(0)
+            if plan.unknown:
+                probed = self.probe(plan, built)
+                if probed is None:
+                    return "skipped"
+                plan = probed
+        except _NeedsFloat32 as clash:
+            return self._rerun_in_float32(clash.error)
+        self.built, self.plan = built, plan
+        self.harness = Harness(built.target, plan, built.name_variable)
+        try:
+            values = draw_values(plan, subject_rng(self.settings.seed, self.subject.name, 0))
+            values.update(_current_variable_values(self.harness, values))
+            outputs = self.harness.outputs(values)
         except Exception as error:  # the forward pass raised
+            self.harness.restore()
+            if dtype == "float64" and _dtype_clash(error):
+                return self._rerun_in_float32(error)
             self.problems.append(
                 Problem("exception", None, f"forward pass raised: {describe_exception(error, self.subject.path)}")
             )
             return "error"
-        outputs = self.harness.outputs(values)
+        if built.layer is not None:
+            self._redraw_layer_weights(values, built.layer, subject_rng(self.settings.seed, self.subject.name + ":weights", 0))
+        self._draws[0] = (values, self._upstreams(0))
         if not outputs:
-            self.skip_reason = "the function has no float outputs: there is no gradient to check"
+            self.skip_reason = "the forward pass has no float outputs: there is no gradient to check"
             return "skipped"
-        bad_outputs = [i for i, o in enumerate(outputs) if not np.all(np.isfinite(o))]
-        if bad_outputs:
+        values, upstreams = self.draw(0)
+        if any(not np.all(np.isfinite(o)) for o in self.harness.outputs(values)):
             self.problems.append(
                 Problem(
                     "finite",
@@ -283,60 +493,148 @@ class _Check:
         outcomes = {
             execution: self.harness.custom(values, upstreams, execution) for execution in self.settings.executions
         }
+        retry = self._keyword_convention(outcomes, keyword_constants)
+        if retry:
+            self.harness.restore()
+            self.notes.append(
+                f"{', '.join(sorted(retry))} passed by keyword: the backward function returns no gradient for "
+                "it, as for an argument the caller names"
+            )
+            return self._run_in(dtype, keyword_constants | retry)
         for outcome in outcomes.values():
-            if outcome.record.line is not None and self.backward_line is None:
-                self.backward_line = outcome.record.line
+            for record in outcome.records:
+                if record.line is not None and self.backward_line is None:
+                    self.backward_line = record.line
+        self.problems.extend(self.keyword_problems())
         self.problems.extend(self.merge_audits(outcomes))
         if any(p.check == "exception" for p in self.problems):
             return "error"
-        if not plan.differentiable:
-            self.notes.append("no float inputs: only the count of returned gradients was checked")
+        if not self.harness.sources:
+            self.notes.append("no float inputs or variables: only the count of returned gradients was checked")
         elif self.settings.shape_only:
             pass
         elif self.settings.reference == "none":
             self.notes.append('reference = "none": count, shapes and dtypes audited, values not compared')
-        elif any(p.check in ("count",) for p in self.problems):
+        elif any(p.check == "count" and p.input is None for p in self.problems):
             self.notes.append("values not compared: the gradients cannot be matched to the inputs")
         else:
             working = [o for o in outcomes.values() if o.ok]
             if working:
                 if len(working) == 2:
                     self.problems.extend(self.compare_executions(working[0], working[1]))
-                skip = {p.input for p in self.problems if p.check == "shape" and p.input}
+                skip = {p.input for p in self.problems if p.check in ("shape", "variables", "count") and p.input}
+                self.reference = self._reference_harness()
                 self.value_checks(working[0], skip)
+                if self.settings.order == 2 and not self.problems:
+                    self.second_order_checks(skip)
         return "failed" if self.problems else "passed"
+
+    def _rerun_in_float32(self, error: BaseException) -> str:
+        if self.request.dtype_given:
+            self.problems.append(
+                Problem(
+                    "exception",
+                    None,
+                    f"forward pass raised with {self.dtype} inputs: {describe_exception(error, self.subject.path)}",
+                    hint='the code mixes in float32 constants: check it with --dtype float32 (or dtype = "float32")',
+                )
+            )
+            return "error"
+        self.notes.append(
+            f"ran in float32: with float64 inputs the forward pass raised ({describe_exception(error, self.subject.path)}), "
+            "so the code is written for float32; tolerances and steps are float32's"
+        )
+        if self.harness is not None:
+            self.harness.restore()
+        self.harness = None
+        return self._run_in("float32", set())
+
+    def _keyword_convention(self, outcomes: dict[str, Outcome], already: set[str]) -> set[str]:
+        """Constants with defaults that the backward function treats as named arguments.
+
+        A backward function returning gradients for every positional argument
+        but the defaulted constants is written for calls that name those
+        constants (``f(x, axis=1)``), which custom_gradient does not count as
+        inputs. Returns their names, to be passed by keyword instead.
+        """
+        assert self.plan is not None
+        if already or self.subject.kind == "layer":
+            return set()
+        record = outcomes.get("eager", next(iter(outcomes.values()))).record
+        if record.returned is None:
+            return set()
+        defaulted = {a.name for a in self.plan.positional if a.role == "constant" and a.has_default}
+        if not defaulted:
+            return set()
+        named = len(self.plan.with_keywords(defaulted).slots)
+        if len(record.returned) == named != len(self.plan.slots):
+            return defaulted
+        return set()
+
+    def _reference_harness(self) -> Harness:
+        """A harness that evaluates the references in float64 where the function allows it.
+
+        Low-precision gradients are compared with a wider reference: in
+        float16 the finite difference of a smooth function often rounds to 0.
+        """
+        assert self.harness is not None and self.plan is not None and self.built is not None
+        if self.dtype == "float64" or self.subject.kind == "layer":
+            return self.harness
+        wide_plan = self.plan.with_dtype("float64")
+        wide = Harness(self.built.target, wide_plan, self.built.name_variable)
+        values, _ = self.draw(0)
+        try:
+            outputs = wide.outputs(values)
+        except Exception:  # the code is written for its dtype: references stay in it
+            wide.restore()
+            return self.harness
+        if not all(np.all(np.isfinite(o)) for o in outputs):
+            wide.restore()
+            return self.harness
+        self.notes.append(f"references (native autodiff, finite differences) evaluated in float64 for {self.dtype} inputs")
+        return wide
 
     # -- audit -----------------------------------------------------------------
 
-    def audit(self, outcome: Outcome) -> list[Problem]:
-        """Count, shape and dtype of what the backward function returned in one run."""
+    def slots_for(self, record: BackwardRecord) -> list[Slot]:
+        """What this backward function owes gradients for."""
         assert self.plan is not None
-        record = outcome.record
-        problems: list[Problem] = []
+        if self.subject.kind != "layer":
+            return [
+                Slot(a.name, a.role, a.spec.shape if a.spec else None, a.spec.dtype if a.spec else None, a.value)
+                for a in self.plan.slots
+            ]
+        slots = []
+        for name, received in record.received:
+            if received.kind == "variable":
+                role = "variable"
+            elif received.kind in ("tensor", "array"):
+                role = "input" if (received.dtype or "").startswith(("float", "bfloat")) else "integer"
+            else:
+                role = "constant"
+            slots.append(Slot(f"{record.function}.{name}", role, received.shape, received.dtype))
+        return slots
+
+    def audit(self, outcome: Outcome) -> list[Problem]:
+        """Count, shape and dtype of what the backward functions returned in one run."""
         error = outcome.error
         path = self.subject.path
-        if record.malformed and record.phase in ("forward-done",) and record.returned is None:
-            return [Problem("exception", None, record.malformed)]
-        if error is not None and record.phase in ("start", "forward"):
-            return [Problem("exception", None, f"forward pass raised: {describe_exception(error, path)}")]
-        if error is not None and record.phase == "backward":
-            return [Problem("exception", None, f"backward function raised: {describe_exception(error, path)}")]
-        if error is not None and "must accept keyword argument 'variables'" in str(error):
-            return [
-                Problem(
-                    "variables",
-                    None,
-                    "the forward pass reads variables but the backward function does not take "
-                    "variables=: " + describe_exception(error, None),
-                    hint="accept variables=None in the backward function and return "
-                    "(input_gradients, variable_gradients), or pass tf.convert_to_tensor(variable) "
-                    "into the function instead of the variable",
-                )
-            ]
-        if record.returned is not None:
-            problems.extend(self._audit_returned(record))
-        if record.malformed and record.returned is not None:
-            problems.append(Problem("variables", None, record.malformed))
+        records = outcome.records
+        if error is not None and _VARIABLES_REFUSED in str(error):
+            return [self._variables_refused(error, records)]
+        problems: list[Problem] = []
+        failed = next((r for r in records if r.phase in ("forward", "backward") or r.malformed and r.returned is None), None)
+        if error is not None and (failed is not None or not records):
+            if failed is not None and failed.malformed and failed.returned is None:
+                return [Problem("exception", None, failed.malformed)]
+            where = "backward function" if failed is not None and failed.phase == "backward" else "forward pass"
+            return [Problem("exception", None, f"{where} raised: {describe_exception(error, path)}")]
+        for record in records:
+            if record.returned is not None:
+                problems.extend(self._audit_returned(record))
+                problems.extend(self._audit_variables(record))
+            if record.malformed and record.returned is not None:
+                problems.append(Problem("variables", None, record.malformed, hint=_VARIABLES_HINT))
         if error is not None and not problems:
             problems.append(
                 Problem(
@@ -345,41 +643,61 @@ class _Check:
                     f"TensorFlow raised after the backward function returned: {describe_exception(error, path)}",
                 )
             )
-        if outcome.ok and record.calls == 0:
-            problems.append(
-                Problem(
-                    "count",
-                    None,
-                    "TensorFlow never called the backward function, so native autodiff ran instead "
-                    "(keyword arguments bypass custom_gradient in eager mode, TF issue #65839)",
-                    expected=f"{len(self.plan.positional)} gradients",
-                    got="backward not called",
-                    hint="pass the tensors to the custom-gradient function positionally",
+        keyword_inputs = any(a.keyword for a in self.plan.differentiable) if self.plan else False
+        if outcome.ok and not isinstance(self.built.target if self.built else None, WrapperTarget):
+            never = [r for r in records if r.calls == 0]
+            if (never or not records) and not keyword_inputs:
+                expected = len(self.plan.slots) if self.plan else 0
+                problems.append(
+                    Problem(
+                        "count",
+                        None,
+                        "TensorFlow never called the backward function, so native autodiff ran instead "
+                        "(keyword arguments bypass custom_gradient in eager mode, TF issue #65839)",
+                        expected=f"{expected} gradients",
+                        got="backward not called",
+                        hint="pass the tensors to the custom-gradient function positionally",
+                    )
                 )
-            )
         return problems
 
-    def _audit_returned(self, record: Any) -> list[Problem]:
-        assert self.plan is not None
-        slots = self.plan.positional
-        returned = record.returned
+    def _variables_refused(self, error: BaseException, records: list[BackwardRecord]) -> Problem:
+        names = []
+        harness = self.harness
+        if harness is not None:
+            names = [name for name, _ in harness.variables]
+        where = f"{self.subject.name} reads" if self.subject.kind != "layer" else f"{self.subject.name}.call passes"
+        function = records[-1].function if records else self.subject.name
+        what = f" ({', '.join(names)})" if names else ""
+        return Problem(
+            "variables",
+            None,
+            f"{where} variables{what} into {function}, whose backward function does not take variables=: "
+            f"TensorFlow raises \"grad_fn must accept keyword argument 'variables'\"",
+            hint=_VARIABLES_HINT,
+        )
+
+    def _audit_returned(self, record: BackwardRecord) -> list[Problem]:
+        slots = self.slots_for(record)
+        returned = record.returned or []
         problems: list[Problem] = []
-        names = [a.name for a in slots]
+        names = [s.name for s in slots]
+        prefix = f"{record.function}: " if self.subject.kind == "layer" else ""
         if len(returned) != len(slots):
             fewer = len(returned) < len(slots)
             hint = (
                 f"return one gradient per positional input, in order ({', '.join(names)}); "
                 "None for inputs that get no gradient"
             )
-            constants = [a.name for a in slots if a.role == "constant"]
+            constants = [s.name for s in slots if s.role == "constant"]
             if constants and len(returned) == len(slots) - len(constants):
                 hint = f"return None for the constant{'s' if len(constants) > 1 else ''} {', '.join(constants)} too"
             problems.append(
                 Problem(
                     "count",
                     None,
-                    f"the backward function returned {len(returned)} gradient{'s' if len(returned) != 1 else ''} "
-                    f"for {len(slots)} input{'s' if len(slots) != 1 else ''} ({', '.join(names)})"
+                    f"{prefix}the backward function returned {_plural(len(returned), 'gradient')} "
+                    f"for {_plural(len(slots), 'input')} ({', '.join(names)})"
                     + ("; one is missing" if fewer and len(slots) - len(returned) == 1 else ""),
                     expected=str(len(slots)),
                     got=str(len(returned)),
@@ -387,27 +705,27 @@ class _Check:
                 )
             )
             return problems
-        returned_shapes = {a.name: g.shape for a, g in zip(slots, returned)}
-        input_shapes = {a.name: a.spec.shape for a in slots if a.spec is not None and a.role == "input"}
-        for argument, gradient in zip(slots, returned):
-            problems.extend(self._audit_slot(argument, gradient, returned_shapes, input_shapes))
+        returned_shapes = {s.name: g.shape for s, g in zip(slots, returned)}
+        input_shapes = {s.name: s.shape for s in slots if s.role == "input" and s.shape is not None}
+        for slot, gradient in zip(slots, returned):
+            problems.extend(self._audit_slot(slot, gradient, returned_shapes, input_shapes))  # type: ignore[arg-type]
         return problems
 
     def _audit_slot(
         self,
-        argument: Argument,
+        slot: Slot,
         gradient: Any,
         returned_shapes: dict[str, Any],
         input_shapes: dict[str, tuple[int, ...]],
     ) -> list[Problem]:
-        name = argument.name
-        if argument.role in ("constant", "integer"):
+        name = slot.name
+        if slot.role in ("constant", "integer"):
             if gradient.kind == "none":
                 return []
-            what = "constant" if argument.role == "constant" else f"integer ({argument.spec.dtype}) input"  # type: ignore[union-attr]
+            what = "constant" if slot.role == "constant" else f"integer ({slot.dtype}) input"
             return [
                 Problem(
-                    "count" if argument.role == "constant" else "dtype",
+                    "count" if slot.role == "constant" else "dtype",
                     name,
                     f"the backward function returned a gradient for the {what} {name}, which is not differentiable",
                     expected="None",
@@ -415,9 +733,8 @@ class _Check:
                     hint=f"return None in {name}'s place",
                 )
             ]
-        spec = argument.spec
-        assert spec is not None
-        expected_text = f"{_fmt_shape(spec.shape)} {spec.dtype}"
+        expected_shape, expected_dtype = slot.shape, slot.dtype
+        expected_text = f"{_fmt_shape(expected_shape)} {expected_dtype}"
         if gradient.kind == "none":
             return []
         if gradient.kind == "other":
@@ -432,32 +749,106 @@ class _Check:
             ]
         problems = []
         shape = gradient.shape
-        if shape is not None and None not in shape and tuple(shape) != tuple(spec.shape):
+        if (
+            shape is not None
+            and expected_shape is not None
+            and None not in shape
+            and None not in expected_shape
+            and tuple(shape) != tuple(expected_shape)
+        ):
             problems.append(
                 Problem(
                     "shape",
                     name,
-                    f"the gradient of {name} has shape {_fmt_shape(shape)}, its input {_fmt_shape(spec.shape)}"
-                    + (" (TensorFlow broadcasts it silently)" if _broadcasts(shape, spec.shape) else ""),
-                    expected=_fmt_shape(spec.shape),
+                    f"the gradient of {name} has shape {_fmt_shape(shape)}, its input {_fmt_shape(expected_shape)}"
+                    + (" (TensorFlow broadcasts it silently)" if _broadcasts(shape, expected_shape) else ""),  # type: ignore[arg-type]
+                    expected=_fmt_shape(expected_shape),
                     got=_fmt_shape(shape),
-                    hint=compare.shape_hint(name, shape, spec.shape, returned_shapes, input_shapes),
+                    hint=compare.shape_hint(name, shape, expected_shape, returned_shapes, input_shapes),  # type: ignore[arg-type]
                 )
             )
-        if gradient.dtype != spec.dtype:
+        if expected_dtype is not None and gradient.dtype != expected_dtype:
             source = {"python": "a Python value", "array": "a numpy array"}.get(gradient.kind, "")
             problems.append(
                 Problem(
                     "dtype",
                     name,
-                    f"the gradient of {name} is {gradient.dtype}"
-                    + (f" ({source})" if source else "")
-                    + f", its input {spec.dtype}",
-                    expected=spec.dtype,
+                    f"the gradient of {name} is {gradient.dtype}" + (f" ({source})" if source else "") + f", its input {expected_dtype}",
+                    expected=expected_dtype,
                     got=str(gradient.dtype),
-                    hint=f"cast the gradient to the input's dtype: tf.cast(grad, {name}.dtype)",
+                    hint=f"cast the gradient to the input's dtype: tf.cast(grad, {name.rsplit('.', 1)[-1]}.dtype)",
                 )
             )
+        return problems
+
+    def _audit_variables(self, record: BackwardRecord) -> list[Problem]:
+        """One gradient per variable TensorFlow handed over, each of its variable's shape and dtype."""
+        if not record.variables or record.variable_returned is None:
+            return []
+        namer = self.built.name_variable if self.built else (lambda v: str(v))
+        names = [namer(v) for v in record.variables]
+        returned = record.variable_returned
+        if len(returned) != len(record.variables):
+            return [
+                Problem(
+                    "variables",
+                    None,
+                    f"the backward function returned {_plural(len(returned), 'variable gradient')} for "
+                    f"{_plural(len(names), 'variable')} ({', '.join(names)})",
+                    expected=str(len(names)),
+                    got=str(len(returned)),
+                    hint="return one gradient per entry of variables, in the order of that list "
+                    "(TensorFlow hands it unordered eagerly and sorted by name in tf.function)",
+                )
+            ]
+        problems = []
+        for name, variable, gradient in zip(names, record.variables, returned):
+            shape = tuple(variable.shape.as_list())
+            dtype = variable.dtype.name
+            if gradient.kind == "none":
+                continue
+            if gradient.shape is not None and None not in gradient.shape and tuple(gradient.shape) != shape:
+                problems.append(
+                    Problem(
+                        "variables",
+                        name,
+                        f"the gradient of the variable {name} has shape {_fmt_shape(gradient.shape)}, "
+                        f"the variable {_fmt_shape(shape)}",
+                        expected=_fmt_shape(shape),
+                        got=_fmt_shape(gradient.shape),
+                        hint="match variable gradients to the variables list by identity, not by position",
+                    )
+                )
+            elif gradient.dtype is not None and gradient.dtype != dtype:
+                problems.append(
+                    Problem(
+                        "variables",
+                        name,
+                        f"the gradient of the variable {name} is {gradient.dtype}, the variable {dtype}",
+                        expected=dtype,
+                        got=gradient.dtype,
+                    )
+                )
+        return problems
+
+    def keyword_problems(self) -> list[Problem]:
+        """Tensors passed by keyword: custom_gradient does not treat them as inputs."""
+        assert self.plan is not None
+        problems = []
+        for argument in self.plan.differentiable:
+            if argument.keyword:
+                problems.append(
+                    Problem(
+                        "count",
+                        argument.name,
+                        f"{argument.name} is passed by keyword, which custom_gradient does not count as an input: "
+                        "eagerly it silently gets no gradient (TF issue #65839), and tf.function refuses "
+                        "keyword arguments",
+                        expected="a positional argument",
+                        got="keyword argument",
+                        hint=f"make {argument.name} a positional parameter of the custom-gradient function",
+                    )
+                )
         return problems
 
     def merge_audits(self, outcomes: dict[str, Outcome]) -> list[Problem]:
@@ -482,6 +873,16 @@ class _Check:
                     continue
                 if problem.check == "exception" and raised != set(audits):
                     merged.append(self._execution_failure(execution, problem))
+                elif problem.check == "variables" and problem.input is None:
+                    other = "inside tf.function" if execution == "eager" else "eagerly"
+                    merged.append(
+                        replace(
+                            problem,
+                            execution=execution,
+                            message=problem.message + f" (the same code runs {other}, where the variable "
+                            "arrives as a tensor)",
+                        )
+                    )
                 else:
                     merged.append(replace(problem, execution=execution))
         return merged
@@ -493,12 +894,20 @@ class _Check:
         hint = None
         message = problem.message
         if execution == "function":
-            if "keywords arguments only when eager" in message:
-                hint = "inside tf.function, custom_gradient refuses keyword arguments: pass them positionally"
-            elif any(a.role == "constant" for a in self.plan.positional):
-                constants = ", ".join(f"{a.name}={a.value!r}" for a in self.plan.positional if a.role == "constant")
+            constants = [a for a in self.plan.positional if a.role == "constant"]
+            keywords = [a for a in self.plan.arguments if a.keyword]
+            if "keywords arguments only when eager" in message or keywords and "keyword" in message:
+                names = ", ".join(a.name for a in keywords) or "them"
                 hint = (
-                    f"inside tf.function, custom_gradient converts the Python constant {constants} to a "
+                    f"inside tf.function, custom_gradient refuses keyword arguments: pass {names} positionally "
+                    "(returning None for it), or bind it with functools.partial"
+                )
+            elif constants:
+                described = ", ".join(
+                    f"{a.name}={a.value!r} (becomes {_graph_dtype(a.value)})" for a in constants
+                )
+                hint = (
+                    f"inside tf.function, custom_gradient converts the Python constant {described} to a "
                     "tensor before the function sees it; bind it with a closure or functools.partial"
                 )
             elif "symbolic" in message or "OperatorNotAllowedInGraph" in message:
@@ -513,22 +922,22 @@ class _Check:
 
     def compare_executions(self, first: Outcome, second: Outcome) -> list[Problem]:
         """Eager and tf.function gradients of the same draw must agree."""
-        assert self.plan is not None
+        assert self.harness is not None
         problems = []
-        for argument in self.plan.differentiable:
-            a = first.grads.get(argument.name) if first.grads else None
-            b = second.grads.get(argument.name) if second.grads else None
+        for source in self.harness.sources:
+            a = first.grads.get(source.name) if first.grads else None
+            b = second.grads.get(source.name) if second.grads else None
             if a is None or b is None or a.shape != b.shape:
                 continue
             finite = np.isfinite(a) & np.isfinite(b)
-            tol = compare.tolerance(argument.spec.dtype, "native", self.settings.rtol, self.settings.atol)  # type: ignore[union-attr]
+            tol = compare.tolerance(source.dtype, "native", self.settings.rtol, self.settings.atol)
             result = compare.compare_elementwise(a, b, tol, mask=finite)
             if not result.ok or not np.array_equal(np.isfinite(a), np.isfinite(b)):
                 problems.append(
                     Problem(
                         "execution",
-                        argument.name,
-                        f"eager and tf.function give different gradients of {argument.name} "
+                        source.name,
+                        f"eager and tf.function give different gradients of {source.name} "
                         f"(max abs difference {result.max_abs_error:.3g})",
                         execution=second.execution,
                         max_abs_error=result.max_abs_error,
@@ -543,10 +952,10 @@ class _Check:
     # -- values ----------------------------------------------------------------
 
     def value_checks(self, primary: Outcome, skip: set[str]) -> None:
-        """Judge each input's gradient against the references, redrawing where only FD disagrees."""
-        assert self.plan is not None and self.harness is not None
-        pending = [a for a in self.plan.differentiable if a.name not in skip]
-        verdicts: dict[str, _InputVerdict] = {}
+        """Judge each source's gradient against the references, redrawing where only FD disagrees."""
+        assert self.harness is not None and self.reference is not None
+        pending = [s for s in self.harness.sources if s.name not in skip]
+        verdicts: dict[str, _Verdict] = {}
         redrawn: set[str] = set()
         for index in range(MAX_DRAWS):
             if not pending:
@@ -557,20 +966,23 @@ class _Check:
                 break
             native = None
             if self.settings.reference in ("both", "native"):
-                native = self.harness.native(values, upstreams)
+                native = self.reference.native(values, upstreams)
                 if not native.ok and index == 0:
                     self.notes.append(
                         "native autodiff of the forward pass raised "
-                        f"({describe_exception(native.error, self.subject.path)}); "
-                        "finite differences decide"
+                        f"({describe_exception(native.error, self.subject.path)}); finite differences decide"  # type: ignore[arg-type]
                     )
+
+            def loss(moved: dict[str, Any], upstreams: list[np.ndarray] = upstreams) -> tuple[float, float]:
+                return self.reference.loss(moved, upstreams)  # type: ignore[union-attr]
+
             still = []
-            for argument in pending:
-                verdict = self.judge_input(argument, index, values, upstreams, custom, native)
-                verdicts[argument.name] = verdict
+            for source in pending:
+                verdict = self.judge(source, index, values, custom, native, loss, order=1)
+                verdicts[source.name] = verdict
                 if not verdict.final:
-                    still.append(argument)
-            redrawn.update(a.name for a in still)
+                    still.append(source)
+            redrawn.update(s.name for s in still)
             pending = still
         if redrawn & {name for name, v in verdicts.items() if not v.problems}:
             self.notes.append(
@@ -578,65 +990,69 @@ class _Check:
                 "(a kink within the step); passed on redraw"
             )
         found: list[Problem] = []
-        for argument in self.plan.differentiable:
-            verdict = verdicts.get(argument.name)
+        for source in self.harness.sources:
+            verdict = verdicts.get(source.name)
             if verdict is None:
                 continue
             found.extend(verdict.problems)
             self.notes.extend(n for n in verdict.notes if n not in self.notes)
         self.problems.extend(self.with_hints(found, verdicts))
 
-    def judge_input(
+    def judge(
         self,
-        argument: Argument,
+        source: Source,
         draw: int,
         values: dict[str, Any],
-        upstreams: list[np.ndarray],
         custom: Outcome,
         native: Outcome | None,
-    ) -> _InputVerdict:
-        """The verdict on one input's gradient at one draw."""
-        assert self.harness is not None
-        spec = argument.spec
-        assert spec is not None
-        name = argument.name
+        loss: Callable[[dict[str, Any]], tuple[float, float]],
+        order: int,
+    ) -> _Verdict:
+        """The verdict on one source's gradient at one draw."""
         settings = self.settings
+        name = source.name
         execution = custom.execution
+        what = f"{'second-order ' if order == 2 else ''}gradient of {name}"
         notes: list[str] = []
         raw = custom.grads.get(name) if custom.grads else None
         if raw is None:
-            notes.append(f"the backward function returned None for {name}: compared as zeros")
-            raw = np.zeros(spec.shape)
-        got = symmetrize(raw) if spec.symmetric else raw
+            notes.append(
+                f"the backward function returned None for {name}: compared as zeros"
+                if order == 1
+                else f"the gradient of {name} does not depend on the inputs through TF ops (None): compared as zeros"
+            )
+            raw = np.zeros(source.shape)
+        got = symmetrize(raw) if source.symmetric else raw
         if not np.all(np.isfinite(got)):
             bad = np.argwhere(~np.isfinite(got))
             index = tuple(int(i) for i in bad[0]) if got.ndim else ()
-            return _InputVerdict(
+            return _Verdict(
                 final=True,
                 problems=[
                     Problem(
                         "finite",
                         name,
-                        f"the gradient of {name} has NaN or Inf at {len(bad)} of {got.size} elements "
-                        "where the forward output is finite",
+                        f"the {what} has NaN or Inf at {len(bad)} of {got.size} elements where the forward output is finite",
                         execution=execution,
                         worst_index=index,
                         hint="a division by zero, log of zero, or an overflowing exp in the backward function?",
+                        order=order,
                     )
                 ],
                 notes=notes,
             )
         use_numeric = settings.reference in ("both", "numeric")
-        tol_native = compare.tolerance(spec.dtype, "native", settings.rtol, settings.atol)
-        tol_numeric = compare.tolerance(spec.dtype, "numeric", settings.rtol, settings.atol)
+        tol_native = compare.tolerance(source.dtype, "native", settings.rtol, settings.atol)
+        tol_numeric = compare.tolerance(source.dtype, "numeric", settings.rtol, settings.atol)
+        reference_dtype = self._reference_dtype(source)
 
         # Native autodiff, element-wise, where it is finite.
         native_grad = None
         native_result = None
         if native is not None and native.ok:
             native_raw = native.grads.get(name) if native.grads else None
-            native_grad = np.zeros(spec.shape) if native_raw is None else native_raw
-            if spec.symmetric:
+            native_grad = np.zeros(source.shape) if native_raw is None else native_raw
+            if source.symmetric:
                 native_grad = symmetrize(native_grad)
             finite = np.isfinite(native_grad)
             if finite.any():
@@ -644,16 +1060,14 @@ class _Check:
                 if not finite.all():
                     notes.append(
                         f"native autodiff gives NaN/Inf at {int((~finite).sum())} of {finite.size} elements "
-                        f"of {name}'s gradient (as it does where people need custom gradients); "
-                        "finite differences judge those"
+                        f"of the {what} (as it does where people need custom gradients); finite differences judge those"
                     )
             else:
-                notes.append(f"native autodiff of {name} is NaN/Inf everywhere; finite differences judge it")
+                notes.append(f"native autodiff of the {what} is NaN/Inf everywhere; finite differences judge it")
                 native_grad = None
 
         # Finite differences: whole gradient (full mode) or random projections (fast).
-        step = settings.eps if settings.eps is not None else default_step(spec.dtype)
-        loss = lambda moved: self.harness.loss(moved, upstreams)  # noqa: E731
+        step = settings.eps if settings.eps is not None else default_step(reference_dtype)
         base = np.asarray(values[name], dtype=np.float64)
         scale = np.maximum(1.0, np.abs(base))
         numeric_ok: bool | None = None
@@ -663,7 +1077,9 @@ class _Check:
         native_projections_ok = None
 
         def full_gradient() -> tuple[np.ndarray, np.ndarray]:
-            gradient, error, _ = finite_difference_gradient(loss, values, name, scale, step, spec.dtype, spec.symmetric)
+            gradient, error, _ = finite_difference_gradient(
+                loss, values, name, scale, step, reference_dtype, source.symmetric
+            )
             return gradient, error
 
         if use_numeric:
@@ -671,14 +1087,14 @@ class _Check:
                 fd_gradient, fd_error = full_gradient()
                 fd_result, numeric_ok = self._judge_full(got, fd_gradient, fd_error, tol_numeric)
             else:
-                rng = subject_rng(settings.seed, f"{self.subject.name}:{name}:directions", draw)
+                rng = subject_rng(settings.seed, f"{self.subject.name}:{name}:directions:{order}", draw)
                 native_hits = []
                 for _ in range(PROJECTIONS):
-                    direction = rng.standard_normal(size=spec.shape)
-                    if spec.symmetric:
+                    direction = rng.standard_normal(size=source.shape)
+                    if source.symmetric:
                         direction = symmetrize(direction)
                     direction = direction * scale
-                    estimate = directional_derivative(loss, values, name, direction, step, spec.dtype)
+                    estimate = directional_derivative(loss, values, name, direction, step, reference_dtype)
                     projections.append(
                         compare.compare_projection(got, direction, estimate.value, estimate.error, tol_numeric)
                     )
@@ -706,7 +1122,7 @@ class _Check:
                     "agrees with finite differences"
                 )
                 native_ok = None
-            elif spec.size <= LOCALISE_MAX_ELEMENTS:
+            elif source.size <= LOCALISE_MAX_ELEMENTS:
                 fd_gradient, fd_error = full_gradient()
                 fd_result, numeric_ok = self._judge_full(got, fd_gradient, fd_error, tol_numeric)
                 if numeric_ok:
@@ -715,7 +1131,7 @@ class _Check:
                         "agree with the custom gradient element by element"
                     )
                     native_ok = None
-        elif numeric_ok is False and settings.mode == "fast" and spec.size <= LOCALISE_MAX_ELEMENTS:
+        elif numeric_ok is False and settings.mode == "fast" and source.size <= LOCALISE_MAX_ELEMENTS:
             fd_gradient, fd_error = full_gradient()
             fd_result, full_ok = self._judge_full(got, fd_gradient, fd_error, tol_numeric)
             if full_ok:
@@ -725,18 +1141,20 @@ class _Check:
         problems: list[Problem] = []
         reference = None
         if native_ok is False:
-            problems.append(self._native_problem(name, got, native_grad, native_result, execution))
+            problems.append(self._native_problem(name, what, got, native_grad, native_result, execution, order))
             reference = native_grad
         if numeric_ok is False:
             problems.append(
                 self._numeric_problem(
                     name,
+                    what,
                     got,
                     fd_gradient,
                     fd_result,
                     projections,
                     execution,
                     native_grad if native_projections_ok else None,
+                    order,
                 )
             )
             if fd_gradient is not None:
@@ -748,22 +1166,23 @@ class _Check:
         if only_numeric_disagrees or inconclusive:
             # Possibly a kink inside the finite-difference step: redraw before judging.
             if draw + 1 < MAX_DRAWS:
-                return _InputVerdict(final=False, problems=problems, notes=notes)
+                return _Verdict(final=False, problems=problems, notes=notes)
             if inconclusive and native_ok is not False:
                 if native_ok:
                     notes.append(
                         f"finite differences were unreliable for {name} at every draw (a kink or jump "
                         "near the inputs); native autodiff agrees with the custom gradient"
                     )
-                    return _InputVerdict(final=True, problems=problems, notes=notes)
+                    return _Verdict(final=True, problems=problems, notes=notes)
                 problems.append(
                     Problem(
                         "numeric",
                         name,
-                        f"finite differences were unreliable for {name} at every draw (a kink or jump "
+                        f"finite differences were unreliable for the {what} at every draw (a kink or jump "
                         "within the step) and no other reference was usable",
                         execution=execution,
                         hint='check with reference = "native", or draw inputs away from the kink',
+                        order=order,
                     )
                 )
             elif only_numeric_disagrees:
@@ -783,12 +1202,20 @@ class _Check:
                 Problem(
                     "native",
                     name,
-                    f"native autodiff gives no finite gradient of {name} to compare with",
+                    f"native autodiff gives no finite {what} to compare with",
                     execution=execution,
                     hint='use reference = "numeric" or "both"',
+                    order=order,
                 )
             )
-        return _InputVerdict(final=True, problems=problems, notes=notes, custom=got, reference=reference)
+        return _Verdict(final=True, problems=problems, notes=notes, custom=got, reference=reference)
+
+    def _reference_dtype(self, source: Source) -> str:
+        if source.kind == "variable":
+            return source.dtype
+        if self.reference is not None and self.reference is not self.harness:
+            return "float64"
+        return source.dtype
 
     @staticmethod
     def _judge_full(
@@ -809,39 +1236,44 @@ class _Check:
     def _native_problem(
         self,
         name: str,
+        what: str,
         got: np.ndarray,
         native_grad: np.ndarray | None,
         result: compare.Comparison | None,
         execution: str,
+        order: int,
     ) -> Problem:
         assert result is not None and native_grad is not None
         return Problem(
             "native",
             name,
-            f"the gradient of {name} differs from native autodiff at {result.mismatched} of {result.total} "
+            f"the {what} differs from native autodiff at {result.mismatched} of {result.total} "
             f"elements (max abs error {result.max_abs_error:.3g} at {_fmt_index(result.worst_index)})",
             execution=execution,
             max_abs_error=result.max_abs_error,
             max_rel_error=result.max_rel_error,
             worst_index=result.worst_index,
             heatmap=compare.heat_map(got, np.nan_to_num(native_grad)),
+            order=order,
         )
 
     def _numeric_problem(
         self,
         name: str,
+        what: str,
         got: np.ndarray,
         fd_gradient: np.ndarray | None,
         fd_result: compare.Comparison | None,
         projections: list[compare.ProjectionComparison],
         execution: str,
         localiser: np.ndarray | None,
+        order: int,
     ) -> Problem:
         if fd_gradient is not None and fd_result is not None:
             return Problem(
                 "numeric",
                 name,
-                f"the gradient of {name} differs from finite differences at {fd_result.mismatched} of "
+                f"the {what} differs from finite differences at {fd_result.mismatched} of "
                 f"{fd_result.total} elements (max abs error {fd_result.max_abs_error:.3g} at "
                 f"{_fmt_index(fd_result.worst_index)})",
                 execution=execution,
@@ -849,6 +1281,7 @@ class _Check:
                 max_rel_error=fd_result.max_rel_error,
                 worst_index=fd_result.worst_index,
                 heatmap=compare.heat_map(got, fd_gradient),
+                order=order,
             )
         failing = [p for p in projections if p.conclusive and not p.ok] or projections
         worst = max(failing, key=lambda p: p.abs_error)
@@ -858,18 +1291,18 @@ class _Check:
         return Problem(
             "numeric",
             name,
-            f"the gradient of {name} differs from finite differences along a random direction: "
+            f"the {what} differs from finite differences along a random direction: "
             f"<gradient, u> = {worst.projected:.6g}, finite differences give {worst.estimate:.6g}",
             execution=execution,
             max_abs_error=worst.abs_error,
             max_rel_error=worst.rel_error,
             worst_index=located.worst_index if located is not None else None,
             heatmap=compare.heat_map(got, localiser) if localiser is not None else None,
+            order=order,
         )
 
-    def with_hints(self, problems: list[Problem], verdicts: dict[str, _InputVerdict]) -> list[Problem]:
+    def with_hints(self, problems: list[Problem], verdicts: dict[str, _Verdict]) -> list[Problem]:
         """Attach the likely bug to each value problem where the pattern is recognisable."""
-        assert self.harness is not None
         customs = {n: v.custom for n, v in verdicts.items() if v.custom is not None and v.reference is not None}
         references = {n: v.reference for n, v in verdicts.items() if v.custom is not None and v.reference is not None}
         swaps = compare.swap_hint(customs, references)  # type: ignore[arg-type]
@@ -878,13 +1311,13 @@ class _Check:
         for problem in problems:
             name = problem.input
             if problem.hint is None and problem.check in ("native", "numeric") and name in references:
-                hint = swaps.get(name)
+                hint = swaps.get(name)  # type: ignore[arg-type]
                 if hint is None:
                     if ones_reference is None:
                         ones_reference = self._ones_reference()
-                    hint = compare.value_hint(customs[name], references[name], ones_reference.get(name))
-                if hint is None:
-                    hint = self._transposed_operand_hint(name, references[name])
+                    hint = compare.value_hint(customs[name], references[name], ones_reference.get(name))  # type: ignore[index,arg-type]
+                if hint is None and problem.order == 1:
+                    hint = self._transposed_operand_hint(name, references[name])  # type: ignore[arg-type]
                 if hint is not None:
                     problem = replace(problem, hint=hint)
             hinted.append(problem)
@@ -899,7 +1332,7 @@ class _Check:
         """
         assert self.harness is not None and self.plan is not None
         values, upstreams = self.draw(0)
-        for argument in self.plan.arguments:
+        for argument in self.plan.tensors:
             spec = argument.spec
             if spec is None or len(spec.shape) < 2 or spec.shape[-1] != spec.shape[-2] or spec.symmetric:
                 continue
@@ -917,12 +1350,89 @@ class _Check:
 
     def _ones_reference(self) -> dict[str, np.ndarray]:
         """Native gradients for an all-ones upstream, to recognise an ignored dy."""
-        assert self.harness is not None
+        assert self.reference is not None
         values, upstreams = self.draw(0)
-        outcome = self.harness.native(values, [np.ones_like(u) for u in upstreams])
+        outcome = self.reference.native(values, [np.ones_like(u) for u in upstreams])
         if not outcome.ok or outcome.grads is None:
             return {}
         return {n: g for n, g in outcome.grads.items() if g is not None and np.all(np.isfinite(g))}
+
+    # -- second order ----------------------------------------------------------
+
+    def second_order_checks(self, skip: set[str]) -> None:
+        """The gradient of the custom gradient against finite differences of the gradient (and native)."""
+        assert self.harness is not None and self.reference is not None
+        values, upstreams = self.draw(0)
+        sources = [s for s in self.harness.sources if s.name not in skip]
+        rng = subject_rng(self.settings.seed, self.subject.name + ":second-order", 0)
+        weights = {s.name: rng.standard_normal(size=s.shape) for s in sources}
+        custom = self.harness.second_order(values, upstreams, weights, "custom")
+        if not custom.ok:
+            self.problems.append(
+                Problem(
+                    "numeric",
+                    None,
+                    "second order: the gradient of the custom gradient could not be computed: "
+                    + describe_exception(custom.error, self.subject.path),  # type: ignore[arg-type]
+                    execution="eager",
+                    hint="the backward function must be built from differentiable TensorFlow ops "
+                    "(or carry a @tf.custom_gradient of its own)",
+                    order=2,
+                )
+            )
+            return
+        native = None
+        if self.settings.reference in ("both", "native"):
+            native = self.reference.second_order(values, upstreams, weights, "native")
+
+        def loss(moved: dict[str, Any]) -> tuple[float, float]:
+            return self.reference.first_order_loss(moved, upstreams, weights)  # type: ignore[union-attr]
+
+        verdicts = {}
+        found: list[Problem] = []
+        for source in sources:
+            verdict = self.judge(source, 0, values, custom, native, loss, order=2)
+            verdicts[source.name] = verdict
+            found.extend(verdict.problems)
+            self.notes.extend(n for n in verdict.notes if n not in self.notes)
+        self.problems.extend(found)
+        if not found:
+            self.notes.append("second order: the gradient of the custom gradient agrees with the references")
+
+
+class _NeedsConfig(Exception):
+    """A class cannot be built without constructor arguments from the config."""
+
+
+class _NeedsFloat32(Exception):
+    """Probing found only float64-versus-float32 clashes: the code is written for float32."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _graph_dtype(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a bool tensor"
+    if isinstance(value, int):
+        return "an int32 tensor"
+    if isinstance(value, float):
+        return "a float32 tensor"
+    return "a tensor"
+
+
+def _accepts_keyword(function: Any, name: str) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def _current_variable_values(harness: Harness, values: dict[str, Any]) -> dict[str, Any]:
+    """Variable values as they are now (read before the first call found them: none yet)."""
+    return {name: value for name, value in harness.variable_values().items() if name not in values}
 
 
 def _broadcasts(shape: tuple[int | None, ...], target: tuple[int, ...]) -> bool:
@@ -937,33 +1447,29 @@ def _broadcasts(shape: tuple[int | None, ...], target: tuple[int, ...]) -> bool:
 def draw_values(plan: CallPlan, rng: np.random.Generator) -> dict[str, Any]:
     """One set of argument values: tensors drawn from ``rng``, constants as they are."""
     values: dict[str, Any] = {}
-    for argument in plan.arguments:
-        if argument.spec is None:
-            values[argument.name] = argument.value
+    for leaf in plan.leaves:
+        if leaf.spec is None:
+            values[leaf.name] = leaf.value
             continue
-        array = draw_tensor(argument.spec, rng)
-        if argument.spec.differentiable and argument.spec.dtype != "float64":
+        array = draw_tensor(leaf.spec, rng)
+        if leaf.spec.differentiable and leaf.spec.dtype != "float64":
             # Keep the base point exactly representable, so perturbations are exact too.
-            array = _round_to(array, argument.spec.dtype)
-        values[argument.name] = array
+            array = _round_to(array, leaf.spec.dtype)
+        values[leaf.name] = array
     return values
 
 
 def _round_to(array: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "bfloat16":
-        from gradcheck import _tf
-
         tf = _tf.tensorflow()
         return np.asarray(tf.cast(tf.cast(array, tf.bfloat16), tf.float64))
-    return array.astype(dtype).astype(np.float64)
+    return np.asarray(array).astype(dtype).astype(np.float64)
 
 
-def input_records(plan: CallPlan | None) -> tuple[InputRecord, ...]:
-    """The arguments as fed, for the report."""
-    if plan is None:
-        return ()
+def input_records(plan: CallPlan | None, harness: Harness | None) -> tuple[InputRecord, ...]:
+    """The arguments and variables as fed, for the report."""
     records = []
-    for argument in plan.arguments:
+    for argument in plan.leaves if plan is not None else ():
         if argument.spec is not None:
             records.append(
                 InputRecord(
@@ -980,11 +1486,16 @@ def input_records(plan: CallPlan | None) -> tuple[InputRecord, ...]:
             )
         else:
             records.append(InputRecord(name=argument.name, shape=None, dtype="unknown", role=argument.role))
+    if harness is not None:
+        for name, variable in harness.variables:
+            records.append(
+                InputRecord(name=name, shape=tuple(variable.shape.as_list()), dtype=variable.dtype.name, role="variable")
+            )
     return tuple(records)
 
 
 def check_subject(request: CheckRequest) -> Result:
-    """Check one function; the user's exceptions become ``error`` results, never escape."""
+    """Check one function or layer; the user's exceptions become ``error`` results, never escape."""
     start = time.perf_counter()
     check = _Check(request)
     with _tf.quiet_logs():
@@ -995,8 +1506,8 @@ def check_subject(request: CheckRequest) -> Result:
         name=subject.name,
         kind=subject.kind,
         status=status,
-        dtype=request.settings.dtype,
-        inputs=input_records(check.plan),
+        dtype=check.dtype,
+        inputs=input_records(check.plan, check.harness),
         problems=tuple(check.problems),
         seconds=time.perf_counter() - start,
         notes=tuple(check.notes),
@@ -1006,3 +1517,5 @@ def check_subject(request: CheckRequest) -> Result:
         backward_line=check.backward_line,
         reproduce=request.reproduce if status in ("failed", "error") else None,
     )
+
+

@@ -178,6 +178,7 @@ def _run_options(
 @click.option("--rtol", type=float, callback=_positive, help="Relative tolerance.")
 @click.option("--eps", type=float, callback=_positive, help="Relative finite-difference step.")
 @click.option("--execution", type=click.Choice(EXECUTIONS), help="Run eagerly, in tf.function, or both.")
+@click.option("--order", type=click.IntRange(1, 2), help="2: also check the gradient of each custom gradient.")
 @click.option("--format", "format_", type=click.Choice(FORMATS), help="Report format.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report there.")
 @click.option("--strict", is_flag=True, default=None, help="A skipped function counts as a failure.")
@@ -198,6 +199,7 @@ def run(
     rtol: float | None,
     eps: float | None,
     execution: str | None,
+    order: int | None,
     format_: str | None,
     output: Path | None,
     strict: bool | None,
@@ -216,6 +218,7 @@ def run(
         "rtol": rtol,
         "eps": eps,
         "execution": execution,
+        "order": order,
         "strict": strict,
     }
     options = _run_options(targets, config, shapes, dims, keyword, overrides)

@@ -58,6 +58,8 @@ class Settings:
     """A skipped function counts as a failure."""
     reference: str = "both"
     """Which references to compare with: ``both``, ``numeric``, ``native``, ``none``."""
+    order: int = 1
+    """1: check gradients; 2: also the gradients of the custom gradients."""
 
     @property
     def executions(self) -> tuple[str, ...]:
@@ -68,11 +70,11 @@ class Settings:
 #: Keys of Settings that may appear at the config's top level and in a
 #: function's or layer's table.
 _SETTING_KEYS = {f.name for f in fields(Settings)}
-_SUBJECT_SETTING_KEYS = {"mode", "dtype", "atol", "rtol", "eps", "execution", "reference"}
+_SUBJECT_SETTING_KEYS = {"mode", "dtype", "atol", "rtol", "eps", "execution", "reference", "order"}
 _REPORT_KEYS = {"format", "output"}
 _TOP_KEYS = _SETTING_KEYS | _REPORT_KEYS | {"dims", "functions", "layers"}
 _SUBJECT_KEYS = _SUBJECT_SETTING_KEYS | {"inputs", "constants", "init"}
-_INPUT_KEYS = {"shape", "dtype", "distribution", "low", "high"}
+_INPUT_KEYS = {"shape", "dtype", "distribution", "low", "high", "items"}
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class InputConfig:
     """Lower bound of a uniform or integer draw."""
     high: float | None = None
     """Upper bound (exclusive) of a uniform or integer draw."""
+    items: tuple[InputConfig, ...] = ()
+    """For a list argument: one input per tensor of the list, in order."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,10 @@ def validate_setting(label: str, key: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise _fail(label, key, f"{value!r} must be a non-negative integer")
         return value
+    if name == "order":
+        if isinstance(value, bool) or value not in (1, 2):
+            raise _fail(label, key, f"{value!r} must be 1 or 2")
+        return value
     if name in ("shape_only", "strict"):
         if not isinstance(value, bool):
             raise _fail(label, key, f"{value!r} must be true or false")
@@ -216,6 +224,16 @@ def parse_input(label: str, key: str, raw: Any, dims: Mapping[str, int]) -> Inpu
     if not isinstance(raw, dict):
         raise _fail(label, key, f"{raw!r} must be a list of sizes or a table with 'shape'")
     _check_keys(label, key, raw, _INPUT_KEYS)
+    if "items" in raw:
+        others = set(raw) - {"items"}
+        if others:
+            raise _fail(label, f"{key}.{sorted(others)[0]}", "a list input takes only 'items'; set options per item")
+        if not isinstance(raw["items"], list) or not raw["items"]:
+            raise _fail(label, f"{key}.items", "must be a non-empty list of inputs, e.g. items = [[3, 4], [4]]")
+        return InputConfig(
+            shape=(),
+            items=tuple(parse_input(label, f"{key}.items[{i}]", item, dims) for i, item in enumerate(raw["items"])),
+        )
     if "shape" not in raw:
         raise _fail(label, key, "missing 'shape', e.g. shape = [4, 5]")
     if not isinstance(raw["shape"], list):

@@ -33,8 +33,9 @@ from gradcheck.errors import TargetError
 SKIPPED_DIRS = {"__pycache__", "build", "dist", "node_modules", "venv", "env", "site-packages", "CVS"}
 
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
-#: A file is imported from a directory walk only if its text mentions this.
-_MARKER = "custom_gradient"
+#: A file is imported from a directory walk only if its text mentions one of these:
+#: custom gradients, or a Keras layer (which may call custom gradients imported from elsewhere).
+_MARKERS = ("custom_gradient", "recompute_grad", "Layer")
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,13 @@ class Subject:
     owner: type | None = None
     """The class of a method."""
     binding: str = "function"
-    """``function``, ``staticmethod``, ``classmethod`` or ``method``."""
+    """``function``, ``staticmethod``, ``classmethod``, ``method``, ``wrapper`` or ``layer``."""
     module: ModuleType | None = None
     """The module that defines it."""
+    patches: tuple[tuple[dict[str, Any], str], ...] = ()
+    """For a layer: the (namespace, name) of each custom-gradient function its ``call`` reaches."""
+    reaches: tuple[str, ...] = ()
+    """For a layer: the names of those functions, for listings."""
 
 
 def display_path(path: Path) -> str:
@@ -111,11 +116,12 @@ def walk_python_files(directory: Path) -> list[Path]:
     return found
 
 
-def _mentions_custom_gradient(path: Path) -> bool:
+def _may_define_custom_gradients(path: Path) -> bool:
     try:
-        return _MARKER in path.read_text(encoding="utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
+    return any(marker in text for marker in _MARKERS)
 
 
 def resolve_target(spec: str) -> Target:
@@ -128,7 +134,7 @@ def resolve_target(spec: str) -> Target:
         files = walk_python_files(path)
         if not files:
             raise TargetError(f"{location}: directory holds no Python files")
-        marked = tuple(f for f in files if _mentions_custom_gradient(f))
+        marked = tuple(f for f in files if _may_define_custom_gradients(f))
         return Target(spec=spec, files=marked, selector=selector or None, explicit=False)
     if path.is_file():
         if path.suffix != ".py":
@@ -294,34 +300,58 @@ def _defined_here(forward: Any, module: ModuleType) -> bool:
 
 
 def find_subjects(module: ModuleType, path: Path) -> list[Subject]:
-    """Custom-gradient functions and methods that ``module`` itself defines."""
+    """Custom-gradient functions, methods, gradient wrappers and layers that ``module`` defines."""
     shown = display_path(path)
     subjects: list[Subject] = []
 
     def add(name: str, obj: Any, owner: type | None = None, binding: str = "function") -> None:
         parts = _tf.custom_gradient_parts(obj)
-        if parts is None or not _defined_here(parts.forward, module):
-            return
-        subjects.append(
-            Subject(
-                id=f"{shown}::{name}",
-                name=name,
-                kind="function",
-                path=shown,
-                line=_def_line(parts.forward),
-                obj=obj,
-                forward=parts.forward,
-                decorators=parts.decorators,
-                input_signature=parts.input_signature,
-                owner=owner,
-                binding=binding,
-                module=module,
+        if parts is not None:
+            if not _defined_here(parts.forward, module):
+                return
+            subjects.append(
+                Subject(
+                    id=f"{shown}::{name}",
+                    name=name,
+                    kind="function",
+                    path=shown,
+                    line=_def_line(parts.forward),
+                    obj=obj,
+                    forward=parts.forward,
+                    decorators=parts.decorators,
+                    input_signature=parts.input_signature,
+                    owner=owner,
+                    binding=binding,
+                    module=module,
+                )
             )
-        )
+            return
+        wrapper = _tf.wrapper_parts(obj) if owner is None else None
+        if wrapper is not None and _defined_here(wrapper[1], module):
+            decorator, target = wrapper
+            subjects.append(
+                Subject(
+                    id=f"{shown}::{name}",
+                    name=name,
+                    kind="function",
+                    path=shown,
+                    line=_def_line(target),
+                    obj=obj,
+                    forward=target,
+                    decorators=(decorator,),
+                    binding="wrapper",
+                    module=module,
+                )
+            )
 
     for name, obj in list(vars(module).items()):
         if inspect.isclass(obj):
             if obj.__module__ != module.__name__:
+                continue
+            if _tf.is_keras_layer_class(obj):
+                layer = _layer_subject(name, obj, module, path)
+                if layer is not None:
+                    subjects.append(layer)
                 continue
             for attr, member in vars(obj).items():
                 if isinstance(member, staticmethod):
@@ -334,6 +364,104 @@ def find_subjects(module: ModuleType, path: Path) -> list[Subject]:
             add(name, obj)
     subjects.sort(key=lambda s: s.line)
     return subjects
+
+
+def _layer_subject(name: str, cls: type, module: ModuleType, path: Path) -> Subject | None:
+    """A Keras layer whose ``call`` reaches custom-gradient functions, or None."""
+    shown = display_path(path)
+    call = vars(cls).get("call") or getattr(cls, "call", None)
+    if call is None or not hasattr(call, "__code__"):
+        return None
+    patches = reached_custom_gradients(call, cls)
+    if not patches:
+        return None
+    return Subject(
+        id=f"{shown}::{name}",
+        name=name,
+        kind="layer",
+        path=shown,
+        line=_class_line(cls, path),
+        obj=cls,
+        forward=None,
+        owner=cls,
+        binding="layer",
+        module=module,
+        patches=tuple(patches),
+        reaches=tuple(dict.fromkeys(n for _, n in patches)),
+    )
+
+
+def _code_names(code: Any) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
+
+
+def reached_custom_gradients(function: Any, cls: type | None = None) -> list[tuple[dict[str, Any], str]]:
+    """The (namespace, name) of every custom-gradient function ``function`` can call.
+
+    Follows the names its code uses: module globals that are custom-gradient
+    functions, attributes of imported user modules (``ops.custom_op``), plain
+    helper functions of the same module, and other methods of ``cls``.
+    """
+    found: list[tuple[dict[str, Any], str]] = []
+    seen: set[int] = set()
+
+    def visit(func: Any) -> None:
+        func = inspect.unwrap(func)
+        code = getattr(func, "__code__", None)
+        if code is None or id(code) in seen:
+            return
+        seen.add(id(code))
+        namespace = getattr(func, "__globals__", {})
+        names = _code_names(code)
+        for name in sorted(names):
+            if name in namespace:
+                value = namespace[name]
+                if _tf.custom_gradient_parts(value) is not None:
+                    found.append((namespace, name))
+                elif isinstance(value, ModuleType) and not _tf.is_tf_own(value) and value.__name__ not in sys.stdlib_module_names:
+                    for attr in sorted(names):
+                        member = vars(value).get(attr)
+                        if member is not None and _tf.custom_gradient_parts(member) is not None:
+                            found.append((vars(value), attr))
+                elif inspect.isfunction(value) and not _tf.is_tf_own(value):
+                    visit(value)
+            if cls is not None:
+                member = _class_attribute(cls, name)
+                if member is not None:
+                    visit(member)
+
+    visit(function)
+    unique: dict[tuple[int, str], tuple[dict[str, Any], str]] = {}
+    for namespace, name in found:
+        unique.setdefault((id(namespace), name), (namespace, name))
+    return list(unique.values())
+
+
+def _class_attribute(cls: type, name: str) -> Any:
+    """A method of ``cls`` or one of its user-defined bases (not Keras's own)."""
+    for klass in cls.__mro__:
+        if _tf.is_tf_own(klass) or klass is object:
+            continue
+        member = vars(klass).get(name)
+        if isinstance(member, (staticmethod, classmethod)):
+            return member.__func__
+        if inspect.isfunction(member):
+            return member
+    return None
+
+
+def _class_line(cls: type, path: Path) -> int:
+    """Line of a module-level ``class`` statement (inspect needs the module in sys.modules; it is not)."""
+    pattern = re.compile(rf"^class\s+{re.escape(cls.__name__)}\b")
+    with contextlib.suppress(OSError):
+        for number, text in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+            if pattern.match(text):
+                return number
+    return 0
 
 
 def select(subjects: list[Subject], selector: str | None, target: str) -> list[Subject]:

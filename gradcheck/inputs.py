@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,6 +36,8 @@ class TensorSpec:
     """Lower bound of uniform/integer draws."""
     high: float | None = None
     """Upper bound (exclusive) of uniform/integer draws."""
+    pinned_dtype: bool = False
+    """True when the config (or an input signature) fixed this input's dtype."""
 
     @property
     def differentiable(self) -> bool:
@@ -55,25 +57,35 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class Argument:
-    """One argument of the call gradcheck makes."""
+    """One argument of the call gradcheck makes (or one tensor inside a list argument)."""
 
     name: str
-    """Parameter name (``args[i]`` for the i-th of ``*args``)."""
+    """Parameter name; ``xs[1]`` for an item of a list argument, ``args[i]`` for ``*args``."""
     role: str
-    """``input`` (float tensor, differentiated), ``integer`` (int tensor) or ``constant``."""
+    """``input`` (float tensor, differentiated), ``integer`` (int tensor), ``constant`` or ``list``."""
     spec: TensorSpec | None = None
-    """How to draw it; None for constants."""
+    """How to draw it; None for constants and lists."""
     value: Any = None
     """The constant's value."""
     keyword: bool = False
-    """Passed by keyword (keyword-only parameters) rather than by position."""
+    """Passed by keyword rather than by position."""
     guessed: bool = False
     """The shape was found by probing."""
+    items: tuple[Argument, ...] = ()
+    """The tensors of a list argument (role ``list``), in order."""
+    has_default: bool = False
+    """The parameter has a default value (so callers may leave it out or name it)."""
 
     @property
     def is_tensor(self) -> bool:
         """True for drawn tensors (float or integer)."""
         return self.spec is not None
+
+    def leaves(self) -> tuple[Argument, ...]:
+        """This argument's tensors and constants, flattened as ``tf.nest.flatten`` does."""
+        if self.role == "list":
+            return tuple(leaf for item in self.items for leaf in item.leaves())
+        return (self,)
 
 
 @dataclass(frozen=True)
@@ -84,18 +96,44 @@ class CallPlan:
     """Positional arguments first, then keyword ones."""
     unknown: tuple[str, ...] = ()
     """Required parameters without a configured shape: to be probed."""
-    bound_constants: frozenset[str] = field(default_factory=frozenset)
-    """Constants closed over rather than passed to the custom-gradient call."""
+
+    @property
+    def leaves(self) -> tuple[Argument, ...]:
+        """Every tensor and constant, list arguments flattened."""
+        return tuple(leaf for argument in self.arguments for leaf in argument.leaves())
 
     @property
     def positional(self) -> tuple[Argument, ...]:
-        """Arguments the custom-gradient call receives by position."""
-        return tuple(a for a in self.arguments if not a.keyword and a.name not in self.bound_constants)
+        """Top-level arguments passed by position."""
+        return tuple(a for a in self.arguments if not a.keyword)
+
+    @property
+    def slots(self) -> tuple[Argument, ...]:
+        """What the backward function owes a gradient for, in order.
+
+        TensorFlow flattens the positional arguments (lists, and constants
+        that are lists, included) and expects one gradient per leaf; keyword
+        arguments are not counted.
+        """
+        slots: list[Argument] = []
+        for argument in self.positional:
+            for leaf in argument.leaves():
+                if leaf.role == "constant" and isinstance(leaf.value, (list, tuple, dict)):
+                    count = len(_flatten_python(leaf.value))
+                    slots.extend([leaf] * count)
+                else:
+                    slots.append(leaf)
+        return tuple(slots)
 
     @property
     def differentiable(self) -> tuple[Argument, ...]:
-        """Float tensor arguments: the ones whose gradients are checked."""
-        return tuple(a for a in self.arguments if a.role == "input")
+        """Float tensors: the ones whose gradients are checked."""
+        return tuple(a for a in self.leaves if a.role == "input")
+
+    @property
+    def tensors(self) -> tuple[Argument, ...]:
+        """Every drawn tensor, float or integer."""
+        return tuple(a for a in self.leaves if a.spec is not None)
 
     def with_shapes(self, shapes: Mapping[str, tuple[int, ...]], dtype: str) -> CallPlan:
         """Fill the unknown parameters with probed shapes."""
@@ -115,6 +153,45 @@ class CallPlan:
                 for a in self.arguments
             ),
         )
+
+    def with_dtype(self, dtype: str) -> CallPlan:
+        """The same plan with every float input whose dtype the config did not fix in ``dtype``."""
+
+        def convert(argument: Argument) -> Argument:
+            if argument.role == "list":
+                return replace(argument, items=tuple(convert(item) for item in argument.items))
+            spec = argument.spec
+            if spec is None or not spec.differentiable or spec.pinned_dtype:
+                return argument
+            return replace(argument, spec=replace(spec, dtype=dtype))
+
+        return replace(self, arguments=tuple(convert(a) for a in self.arguments))
+
+    def with_keywords(self, names: set[str]) -> CallPlan:
+        """The same plan passing the named arguments by keyword."""
+        moved = [replace(a, keyword=True) if a.name in names else a for a in self.arguments]
+        return replace(self, arguments=tuple([a for a in moved if not a.keyword] + [a for a in moved if a.keyword]))
+
+    def build(self, lookup: Callable[[Argument], Any]) -> tuple[list[Any], dict[str, Any]]:
+        """Positional and keyword arguments, each leaf given by ``lookup``."""
+
+        def value(argument: Argument) -> Any:
+            if argument.role == "list":
+                return [value(item) for item in argument.items]
+            return lookup(argument)
+
+        args = [value(a) for a in self.arguments if not a.keyword]
+        kwargs = {a.name: value(a) for a in self.arguments if a.keyword}
+        return args, kwargs
+
+
+def _flatten_python(value: Any) -> list[Any]:
+    """``tf.nest.flatten`` for plain Python containers, without TensorFlow."""
+    if isinstance(value, dict):
+        return [leaf for key in sorted(value) for leaf in _flatten_python(value[key])]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _flatten_python(item)]
+    return [value]
 
 
 def resolve_shape(shape: tuple[int | str, ...], dims: Mapping[str, int], label: str, key: str) -> tuple[int, ...]:
@@ -139,7 +216,20 @@ def tensor_spec(config: InputConfig, dims: Mapping[str, int], dtype: str, label:
         distribution=config.distribution,
         low=config.low,
         high=config.high,
+        pinned_dtype=config.dtype is not None,
     )
+
+
+#: Size of a ``None`` dimension in an ``input_signature`` when ``[dims]`` has no ``batch``.
+DEFAULT_NONE_DIM = 4
+
+
+def signature_spec(shape: tuple[int | None, ...], dtype: str, dims: Mapping[str, int]) -> TensorSpec:
+    """A spec from a ``tf.TensorSpec`` of an ``input_signature``: ``None`` dims become ``[dims] batch``."""
+    size = dims.get("batch", DEFAULT_NONE_DIM)
+    concrete = tuple(size if d is None else d for d in shape)
+    distribution = "integer" if dtype.startswith("int") else "normal"
+    return TensorSpec(shape=concrete, dtype=dtype, distribution=distribution, pinned_dtype=True)
 
 
 def plan_call(
@@ -150,13 +240,15 @@ def plan_call(
     label: str,
     key: str,
     shape_overrides: Mapping[str, tuple[int | str, ...]] | None = None,
+    signature_shapes: Mapping[str, tuple[tuple[int | None, ...], str]] | None = None,
 ) -> CallPlan:
     """Map a function's parameters to drawn tensors, constants and unknowns.
 
     Parameters with a default and no config keep their default (they are
-    not passed). Required parameters with no config become ``unknown``.
-    Configured inputs that name no parameter fill ``*args`` in order, or
-    are an error naming the closest parameter.
+    not passed). Required parameters with no config take their shape from an
+    ``input_signature`` if there is one, else become ``unknown``. Configured
+    inputs that name no parameter fill ``*args`` in order, or are an error
+    naming the closest parameter.
     """
     subject = subject or SubjectConfig()
     inputs: dict[str, InputConfig] = dict(subject.inputs)
@@ -164,7 +256,7 @@ def plan_call(
         if name in subject.constants:
             continue
         previous = inputs.get(name)
-        inputs[name] = replace(previous, shape=shape) if previous else InputConfig(shape=shape)
+        inputs[name] = replace(previous, shape=shape, items=()) if previous else InputConfig(shape=shape)
     constants = subject.constants
     parameters = list(signature.parameters.values())
     names = {p.name for p in parameters}
@@ -182,12 +274,19 @@ def plan_call(
                 f"{closest(name, names)}; its arguments are {', '.join(sorted(names)) or 'none'}"
             )
 
-    def make(name: str, keyword: bool) -> Argument:
+    def tensor(name: str, config: InputConfig, keyword: bool, config_key: str) -> Argument:
+        if config.items:
+            items = tuple(
+                tensor(f"{name}[{i}]", item, keyword, f"{config_key}.items[{i}]") for i, item in enumerate(config.items)
+            )
+            return Argument(name=name, role="list", keyword=keyword, items=items)
+        spec = tensor_spec(config, dims, dtype, label, config_key)
+        return Argument(name=name, role="input" if spec.differentiable else "integer", spec=spec, keyword=keyword)
+
+    def make(name: str, keyword: bool, has_default: bool = False) -> Argument:
         if name in constants:
-            return Argument(name=name, role="constant", value=constants[name], keyword=keyword)
-        spec = tensor_spec(inputs[name], dims, dtype, label, f"{key}.inputs.{name}")
-        role = "input" if spec.differentiable else "integer"
-        return Argument(name=name, role=role, spec=spec, keyword=keyword)
+            return Argument(name=name, role="constant", value=constants[name], keyword=keyword, has_default=has_default)
+        return replace(tensor(name, inputs[name], keyword, f"{key}.inputs.{name}"), has_default=has_default)
 
     arguments: list[Argument] = []
     unknown: list[str] = []
@@ -204,8 +303,15 @@ def plan_call(
         name = parameter.name
         configured = name in inputs or name in constants
         keyword = kind is inspect.Parameter.KEYWORD_ONLY
+        has_default = parameter.default is not inspect.Parameter.empty
         if not configured:
-            if parameter.default is not inspect.Parameter.empty:
+            if signature_shapes and name in signature_shapes:
+                shape, spec_dtype = signature_shapes[name]
+                spec = signature_spec(shape, spec_dtype, dims)
+                role = "input" if spec.differentiable else "integer"
+                arguments.append(Argument(name=name, role=role, spec=spec, keyword=keyword))
+                continue
+            if has_default:
                 pending.append(parameter)
                 continue
             unknown.append(name)
@@ -215,10 +321,11 @@ def plan_call(
             # A later positional argument is configured: the skipped defaults
             # before it must be passed as they are to keep positions right.
             for skipped in pending:
-                arguments.append(Argument(name=skipped.name, role="constant", value=skipped.default))
+                arguments.append(Argument(name=skipped.name, role="constant", value=skipped.default, has_default=True))
             pending = []
-        arguments.append(make(name, keyword))
-    return CallPlan(arguments=tuple(arguments), unknown=tuple(unknown))
+        arguments.append(make(name, keyword, has_default))
+    ordered = [a for a in arguments if not a.keyword] + [a for a in arguments if a.keyword]
+    return CallPlan(arguments=tuple(ordered), unknown=tuple(unknown))
 
 
 def candidate_shapes(names: tuple[str, ...]) -> Iterator[dict[str, tuple[int, ...]]]:

@@ -11,9 +11,10 @@ them is :mod:`gradcheck.compare`'s job.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,10 @@ class ReturnedGradient:
 class BackwardRecord:
     """What happened inside one custom-gradient call, filled while it runs."""
 
+    function: str = ""
+    """Name of the custom-gradient function that was called."""
+    received: list[tuple[str, ReturnedGradient]] = field(default_factory=list)
+    """The flattened positional arguments its forward pass received, by name."""
     calls: int = 0
     """How many times TensorFlow called the backward function."""
     upstreams: int = 0
@@ -76,8 +81,6 @@ class BackwardRecord:
     """``forward``, ``forward-done``, ``backward`` or ``backward-done``: how far it got."""
     malformed: str | None = None
     """Set when the forward or backward function broke the calling convention."""
-    tape_none: list[bool] = field(default_factory=list)
-    """Per differentiated input: True where the tape gave no gradient (graph runs)."""
 
 
 @dataclass
@@ -86,10 +89,10 @@ class Outcome:
 
     execution: str
     """``eager`` or ``function``."""
-    record: BackwardRecord
-    """What the backward function did (empty for native runs)."""
+    records: list[BackwardRecord] = field(default_factory=list)
+    """One record per custom-gradient call (empty for native runs)."""
     grads: dict[str, np.ndarray | None] | None = None
-    """Gradient per differentiated input, densified, as float64; None where TF gave None."""
+    """Gradient per source (input or variable), densified, as float64; None where TF gave None."""
     error: BaseException | None = None
     """What was raised, if anything."""
 
@@ -97,6 +100,11 @@ class Outcome:
     def ok(self) -> bool:
         """True when the run finished and produced gradients."""
         return self.error is None and self.grads is not None
+
+    @property
+    def record(self) -> BackwardRecord:
+        """The record of the first custom-gradient call (functions make exactly one)."""
+        return self.records[0] if self.records else BackwardRecord()
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,7 @@ def _accepts_variables(grad_fn: Callable[..., Any]) -> bool:
 
 
 def describe_gradient(value: Any, eager: bool) -> ReturnedGradient:
-    """Describe one returned gradient without judging it."""
+    """Describe one returned gradient (or received argument) without judging it."""
     tf = _tf.tensorflow()
     type_name = type(value).__name__
     if value is None:
@@ -133,10 +141,12 @@ def describe_gradient(value: Any, eager: bool) -> ReturnedGradient:
             shape = tuple(int(d) for d in static) if static is not None else None
         dense = np.asarray(tf.convert_to_tensor(value)) if eager else None
         return ReturnedGradient("indexed_slices", shape, value.values.dtype.name, "IndexedSlices", dense)
-    if isinstance(value, (tf.Tensor, tf.Variable)):
+    if isinstance(value, (tf.Tensor, tf.Variable)) or _tf.is_keras_variable(value):
         shape = tuple(value.shape.as_list()) if value.shape.rank is not None else None
-        dense = np.asarray(value) if eager and hasattr(value, "numpy") else None
-        return ReturnedGradient("tensor", shape, value.dtype.name, type_name, dense)
+        dtype = value.dtype if isinstance(value.dtype, str) else value.dtype.name
+        kind = "variable" if not isinstance(value, tf.Tensor) else "tensor"
+        dense = np.asarray(value) if eager and kind == "tensor" and hasattr(value, "numpy") else None
+        return ReturnedGradient(kind, shape, dtype, type_name, dense)
     if isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
         return ReturnedGradient("array", tuple(array.shape), array.dtype.name, type_name, array)
@@ -166,7 +176,29 @@ def _record_returned(record: BackwardRecord, raw: Any, with_variables: bool, eag
         record.returned = [describe_gradient(v, eager) for v in _flatten(raw)]
 
 
-def instrument(forward: Callable[..., Any], record: BackwardRecord, eager: bool) -> Callable[..., Any]:
+def _received(forward: Callable[..., Any], args: tuple[Any, ...], eager: bool) -> list[tuple[str, ReturnedGradient]]:
+    """The flattened positional arguments of a call, named after the forward's parameters."""
+    try:
+        names = [
+            p.name
+            for p in inspect.signature(forward).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        names = []
+    received = []
+    for index, arg in enumerate(args):
+        name = names[index] if index < len(names) else f"args[{index}]"
+        leaves = _flatten(arg)
+        for position, leaf in enumerate(leaves):
+            label = name if len(leaves) == 1 else f"{name}[{position}]"
+            received.append((label, describe_gradient(leaf, eager=False)))
+    return received
+
+
+def instrument(
+    forward: Callable[..., Any], record: BackwardRecord, eager: bool, name: str | None = None
+) -> Callable[..., Any]:
     """``forward`` under ``tf.custom_gradient`` with a backward function that reports to ``record``.
 
     The wrapper keeps the user's backward signature as far as TensorFlow can
@@ -174,9 +206,11 @@ def instrument(forward: Callable[..., Any], record: BackwardRecord, eager: bool)
     refuses or accepts it exactly as it would the user's own.
     """
     tf = _tf.tensorflow()
+    record.function = name or getattr(forward, "__name__", "custom_gradient_function")
 
     def instrumented(*args: Any, **kwargs: Any) -> Any:
         record.phase = "forward"
+        record.received = _received(forward, args, eager)
         returned = forward(*args, **kwargs)
         record.phase = "forward-done"
         if not isinstance(returned, (tuple, list)) or len(returned) != 2 or not callable(returned[1]):
@@ -215,95 +249,260 @@ def instrument(forward: Callable[..., Any], record: BackwardRecord, eager: bool)
 
         return result, recording_grad_fn
 
-    instrumented.__name__ = getattr(forward, "__name__", "custom_gradient_function")
+    instrumented.__name__ = record.function
     return tf.custom_gradient(instrumented)
 
 
-class Harness:
-    """Runs one custom-gradient function with one call plan.
+def _result_of(returned: Any) -> Any:
+    if not isinstance(returned, (tuple, list)) or len(returned) != 2:
+        raise TypeError(f"the forward function must return (result, grad_fn); it returned {type(returned).__name__}")
+    return returned[0]
 
-    ``values`` everywhere is a dict from argument name to a float64 (or
-    integer) numpy array for tensors, or the constant itself.
+
+class FunctionTarget:
+    """A custom-gradient function called directly."""
+
+    def __init__(self, forward: Callable[..., Any], name: str | None = None) -> None:
+        self.forward = forward
+        self.name = name or getattr(forward, "__name__", "function")
+
+    def custom(self, args: list[Any], kwargs: dict[str, Any], records: list[BackwardRecord], eager: bool) -> Any:
+        """Call through ``tf.custom_gradient`` with an instrumented backward function."""
+        record = BackwardRecord()
+        records.append(record)
+        return instrument(self.forward, record, eager, self.name)(*args, **kwargs)
+
+    def native(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """Call the undecorated function and keep its result: autodiff sees every op."""
+        return _result_of(self.forward(*args, **kwargs))
+
+
+class WrapperTarget:
+    """A function behind a TensorFlow gradient wrapper such as ``tf.recompute_grad``.
+
+    The custom gradient is TensorFlow's own backward function, so there is
+    nothing to instrument: the check compares the wrapper with autodiff of
+    the function it wraps.
     """
 
-    def __init__(self, forward: Callable[..., Any], plan: CallPlan) -> None:
-        self.forward = forward
+    def __init__(self, wrapped: Callable[..., Any], target: Callable[..., Any]) -> None:
+        self.wrapped = wrapped
+        self.target = target
+
+    def custom(self, args: list[Any], kwargs: dict[str, Any], records: list[BackwardRecord], eager: bool) -> Any:
+        """Call the wrapper as the user's code does."""
+        return self.wrapped(*args, **kwargs)
+
+    def native(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """Call the function it wraps."""
+        return self.target(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A name in some namespace that holds a custom-gradient function a layer calls."""
+
+    namespace: dict[str, Any]
+    """The module (or object) ``__dict__`` the layer's code looks the name up in."""
+    name: str
+    """The name."""
+    original: Any
+    """The user's custom-gradient object."""
+    forward: Callable[..., Any]
+    """Its undecorated function."""
+
+
+class LayerTarget:
+    """A Keras layer whose ``call`` reaches custom-gradient functions.
+
+    For the duration of one call, each custom-gradient function the layer
+    reaches is replaced in its namespace: by an instrumented copy for the
+    custom run, by its undecorated form for the native one. The user's
+    objects are put back before the call returns.
+    """
+
+    def __init__(self, layer: Any, patches: list[Patch]) -> None:
+        self.layer = layer
+        self.patches = patches
+
+    @contextlib.contextmanager
+    def _patched(self, replacements: list[Callable[..., Any]]) -> Iterator[None]:
+        try:
+            for patch, replacement in zip(self.patches, replacements):
+                patch.namespace[patch.name] = replacement
+            yield
+        finally:
+            for patch in self.patches:
+                patch.namespace[patch.name] = patch.original
+
+    def custom(self, args: list[Any], kwargs: dict[str, Any], records: list[BackwardRecord], eager: bool) -> Any:
+        """Call the layer with every custom-gradient function it reaches instrumented."""
+
+        def instrumented(patch: Patch) -> Callable[..., Any]:
+            def call(*a: Any, **k: Any) -> Any:
+                record = BackwardRecord()
+                records.append(record)
+                return instrument(patch.forward, record, eager, patch.name)(*a, **k)
+
+            return call
+
+        with self._patched([instrumented(p) for p in self.patches]):
+            return self.layer(*args, **kwargs)
+
+    def native(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """Call the layer with every custom-gradient function it reaches undecorated."""
+
+        def undecorated(patch: Patch) -> Callable[..., Any]:
+            def call(*a: Any, **k: Any) -> Any:
+                return _result_of(patch.forward(*a, **k))
+
+            return call
+
+        with self._patched([undecorated(p) for p in self.patches]):
+            return self.layer(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Something a gradient is taken with respect to: an input tensor or a variable."""
+
+    name: str
+    """The input's argument name, or the variable's name."""
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str = "input"
+    """``input`` or ``variable``."""
+    symmetric: bool = False
+    """Only symmetric perturbations are meaningful (spd inputs)."""
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+class Harness:
+    """Runs one call target with one call plan: forward, custom and native gradients, losses.
+
+    ``values`` everywhere is a dict from a leaf argument's or a variable's
+    name to a float64 (or integer) numpy array, or the constant itself.
+    Variables are set from ``values`` before each call, and :meth:`restore`
+    puts the user's values back.
+    """
+
+    def __init__(self, target: Any, plan: CallPlan, name_variable: Callable[[Any], str] | None = None) -> None:
+        self.target = target
         self.plan = plan
+        self._name_variable = name_variable or _default_variable_name
+        self.variables: list[tuple[str, Any]] = []
+        self._originals: dict[str, np.ndarray] = {}
+        self._assigned: dict[str, Any] = {}
         self._graph_vjp: Any = None
-        self._graph_record: BackwardRecord | None = None
+        self._graph_records: list[BackwardRecord] = []
         self._graph_native: Any = None
         self.output_specs: list[OutputSpec] | None = None
-        #: How many times the forward ran (counts for benchmarks and tests).
+        #: How many times the forward ran for finite differences and probing.
         self.forward_evaluations = 0
 
-    # -- calling ---------------------------------------------------------------
+    # -- sources and values ----------------------------------------------------
 
-    def _closed_forward(self, forward: Callable[..., Any]) -> Callable[..., Any]:
-        """``forward`` with the plan's bound constants filled in at their positions."""
-        bound = self.plan.bound_constants
-        if not bound:
-            return forward
-        order = [a for a in self.plan.arguments if not a.keyword]
+    @property
+    def sources(self) -> list[Source]:
+        """Inputs then variables: everything a gradient is checked for."""
+        found = [
+            Source(a.name, a.spec.shape, a.spec.dtype, "input", a.spec.symmetric)  # type: ignore[union-attr]
+            for a in self.plan.differentiable
+        ]
+        found.extend(
+            Source(name, tuple(variable.shape.as_list()), variable.dtype.name, "variable")
+            for name, variable in self.variables
+        )
+        return found
 
-        def closed(*passed: Any, **kwargs: Any) -> Any:
-            supplied = iter(passed)
-            args = [a.value if a.name in bound else next(supplied) for a in order]
-            return forward(*args, **kwargs)
+    def variable_values(self) -> dict[str, np.ndarray]:
+        """The current value of every variable the forward pass reads."""
+        return {name: np.asarray(variable.numpy(), dtype=np.float64) for name, variable in self.variables}
 
-        closed.__name__ = getattr(forward, "__name__", "forward")
-        return closed
-
-    def tensors(self, values: dict[str, Any]) -> dict[str, Any]:
-        """TF tensors for the tensor arguments, in their dtypes; constants as they are."""
+    def _apply(self, values: dict[str, Any]) -> dict[str, Any]:
+        """TF tensors for the tensor leaves; variables assigned from ``values``."""
         tf = _tf.tensorflow()
-        converted = {}
-        for argument in self.plan.arguments:
-            value = values[argument.name]
-            if argument.spec is not None:
-                value = tf.constant(np.asarray(value), dtype=argument.spec.dtype)
-            converted[argument.name] = value
-        return converted
+        tensors: dict[str, Any] = {}
+        for leaf in self.plan.leaves:
+            value = values[leaf.name]
+            if leaf.spec is not None:
+                value = tf.constant(np.asarray(value), dtype=leaf.spec.dtype)
+            tensors[leaf.name] = value
+        for name, variable in self.variables:
+            value = values.get(name)
+            # Keep the array itself, not its id: ids of freed arrays are reused.
+            if value is not None and self._assigned.get(name) is not value:
+                variable.assign(np.asarray(value, dtype=variable.dtype.as_numpy_dtype))
+                self._assigned[name] = value
+        return tensors
 
-    def _call(self, fn: Callable[..., Any], tensors: dict[str, Any], closed: bool) -> Any:
-        arguments = self.plan.positional if closed else [a for a in self.plan.arguments if not a.keyword]
-        args = [tensors[a.name] for a in arguments]
-        kwargs = {a.name: tensors[a.name] for a in self.plan.arguments if a.keyword}
-        return fn(*args, **kwargs)
+    def restore(self) -> None:
+        """Put every variable back to the value it had before the check."""
+        for name, variable in self.variables:
+            if name in self._originals:
+                variable.assign(self._originals[name].astype(variable.dtype.as_numpy_dtype))
+        self._assigned.clear()
 
-    def _sources(self, tensors: dict[str, Any]) -> list[Any]:
-        return [tensors[a.name] for a in self.plan.differentiable]
+    def _arguments(self, tensors: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        return self.plan.build(lambda leaf: tensors[leaf.name])
 
     def _float_outputs(self, result: Any) -> list[Any]:
         tf = _tf.tensorflow()
         flat = tf.nest.flatten(result)
         return [t for t in flat if isinstance(t, (tf.Tensor, tf.Variable)) and t.dtype.is_floating]
 
-    def _densify(self, grads: list[Any], sources: list[Any]) -> dict[str, np.ndarray | None]:
+    def _source_tensors(self, tensors: dict[str, Any]) -> list[Any]:
+        return [tensors[a.name] for a in self.plan.differentiable] + [v for _, v in self.variables]
+
+    def _densify(self, grads: list[Any]) -> dict[str, np.ndarray | None]:
         tf = _tf.tensorflow()
         dense: dict[str, np.ndarray | None] = {}
-        for argument, grad in zip(self.plan.differentiable, grads):
+        for source, grad in zip(self.sources, grads):
             if grad is None:
-                dense[argument.name] = None
+                dense[source.name] = None
                 continue
             if isinstance(grad, tf.IndexedSlices):
                 grad = tf.convert_to_tensor(grad)
-            dense[argument.name] = np.asarray(grad, dtype=np.float64)
+            dense[source.name] = np.asarray(grad, dtype=np.float64)
         return dense
 
     # -- forward ---------------------------------------------------------------
 
     def outputs(self, values: dict[str, Any]) -> list[np.ndarray]:
-        """The float outputs of the undecorated forward pass, eagerly, as float64."""
+        """The float outputs of the forward pass (native path), eagerly, as float64.
+
+        The first call also finds the variables the forward pass reads.
+        """
+        tf = _tf.tensorflow()
         self.forward_evaluations += 1
-        returned = self._call(self.forward, self.tensors(values), closed=False)
-        if not isinstance(returned, (tuple, list)) or len(returned) != 2:
-            raise TypeError(
-                f"the forward function must return (result, grad_fn); it returned {type(returned).__name__}"
-            )
-        flat = self._float_outputs(returned[0])
+        tensors = self._apply(values)
+        args, kwargs = self._arguments(tensors)
+        if self.output_specs is None:
+            with tf.GradientTape(watch_accessed_variables=True) as tape:
+                result = self.target.native(args, kwargs)
+            self._discover_variables(tape.watched_variables())
+        else:
+            result = self.target.native(args, kwargs)
+        flat = self._float_outputs(result)
         if self.output_specs is None:
             self.output_specs = [OutputSpec(tuple(t.shape.as_list()), t.dtype.name) for t in flat]
         return [np.asarray(t, dtype=np.float64) for t in flat]
+
+    def _discover_variables(self, watched: Any) -> None:
+        named: list[tuple[str, Any]] = []
+        used: set[str] = set()
+        for variable in watched:
+            name = self._name_variable(variable)
+            while name in used:
+                name += "_"
+            used.add(name)
+            named.append((name, variable))
+        self.variables = named
+        self._originals = {name: np.asarray(v.numpy()).copy() for name, v in named}
 
     def loss(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> tuple[float, float]:
         """``sum_i <upstream_i, output_i>`` and ``sum_i |upstream_i * output_i|`` (its rounding scale)."""
@@ -323,99 +522,136 @@ class Harness:
         specs = self.output_specs or []
         return [tf.constant(u, dtype=s.dtype) for u, s in zip(upstreams, specs)]
 
+    def _vjp(
+        self, call: Callable[[list[Any], dict[str, Any]], Any], tensors: dict[str, Any], upstream_list: list[Any]
+    ) -> list[Any]:
+        tf = _tf.tensorflow()
+        sources = self._source_tensors(tensors)
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            for source in sources:
+                tape.watch(source)
+            args, kwargs = self._arguments(tensors)
+            result = call(args, kwargs)
+        targets = self._float_outputs(result)
+        return tape.gradient(targets, sources, output_gradients=upstream_list)
+
     def custom(self, values: dict[str, Any], upstreams: list[np.ndarray], execution: str) -> Outcome:
         """The custom vector-Jacobian product, through TensorFlow's own custom_gradient."""
         if execution == "function":
             return self._custom_function(values, upstreams)
-        tf = _tf.tensorflow()
-        record = BackwardRecord()
-        fn = instrument(self._closed_forward(self.forward), record, eager=True)
-        tensors = self.tensors(values)
-        sources = self._sources(tensors)
+        records: list[BackwardRecord] = []
         try:
-            with tf.GradientTape() as tape:
-                for source in sources:
-                    tape.watch(source)
-                result = self._call(fn, tensors, closed=True)
-            targets = self._float_outputs(result)
-            grads = tape.gradient(targets, sources, output_gradients=self._upstream_tensors(upstreams))
+            tensors = self._apply(values)
+            grads = self._vjp(
+                lambda a, k: self.target.custom(a, k, records, True), tensors, self._upstream_tensors(upstreams)
+            )
         except Exception as error:  # the user's code (or TF on its behalf) raised
-            return Outcome("eager", record, error=error)
-        return Outcome("eager", record, grads=self._densify(grads, sources))
+            return Outcome("eager", records, error=error)
+        return Outcome("eager", records, grads=self._densify(grads))
+
+    def _graph(self, call: Callable[[list[Any], dict[str, Any]], Any]) -> tuple[Any, list[str], list[bool]]:
+        """A ``tf.function`` computing the VJP of ``call``, traced once per shape signature."""
+        tf = _tf.tensorflow()
+        names = [a.name for a in self.plan.tensors]
+        constants = {a.name: a.value for a in self.plan.leaves if a.spec is None}
+        nones: list[bool] = []
+
+        def vjp(tensor_list: list[Any], upstream_list: list[Any]) -> list[Any]:
+            tensors = dict(zip(names, tensor_list))
+            tensors.update(constants)
+            grads = self._vjp(call, tensors, upstream_list)
+            nones[:] = [g is None for g in grads]
+            sources = self._source_tensors(tensors)
+            return [tf.zeros_like(s) if g is None else tf.convert_to_tensor(g) for g, s in zip(grads, sources)]
+
+        return tf.function(vjp, autograph=False), names, nones
+
+    def _run_graph(self, graph: tuple[Any, list[str], list[bool]], values: dict[str, Any], upstreams: list[np.ndarray]) -> dict[str, np.ndarray | None]:
+        function, names, nones = graph
+        tensors = self._apply(values)
+        grads = function([tensors[n] for n in names], self._upstream_tensors(upstreams))
+        dense = self._densify(list(grads))
+        for source, is_none in zip(self.sources, nones):
+            if is_none:
+                dense[source.name] = None
+        return dense
 
     def _custom_function(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> Outcome:
-        tf = _tf.tensorflow()
         if self._graph_vjp is None:
-            record = BackwardRecord()
-            fn = instrument(self._closed_forward(self.forward), record, eager=False)
-            names = [a.name for a in self.plan.arguments if a.spec is not None]
-            constants = {a.name: a.value for a in self.plan.arguments if a.spec is None}
-
-            def vjp(tensor_list: list[Any], upstream_list: list[Any]) -> list[Any]:
-                tensors = dict(zip(names, tensor_list))
-                tensors.update(constants)
-                sources = self._sources(tensors)
-                with tf.GradientTape() as tape:
-                    for source in sources:
-                        tape.watch(source)
-                    result = self._call(fn, tensors, closed=True)
-                targets = self._float_outputs(result)
-                grads = tape.gradient(targets, sources, output_gradients=upstream_list)
-                record.tape_none = [g is None for g in grads]
-                return [tf.zeros_like(s) if g is None else tf.convert_to_tensor(g) for g, s in zip(grads, sources)]
-
-            self._graph_vjp = tf.function(vjp, autograph=False)
-            self._graph_record = record
-            self._graph_names = names
-        record = self._graph_record
-        assert record is not None
-        tensors = self.tensors(values)
+            records = self._graph_records
+            self._graph_vjp = self._graph(lambda a, k: self.target.custom(a, k, records, False))
         try:
-            grads = self._graph_vjp([tensors[n] for n in self._graph_names], self._upstream_tensors(upstreams))
+            dense = self._run_graph(self._graph_vjp, values, upstreams)
         except Exception as error:  # the user's code raised while tracing or running
-            return Outcome("function", record, error=error)
-        nones = record.tape_none or [False] * len(grads)
-        dense = self._densify(list(grads), [])
-        for argument, is_none in zip(self.plan.differentiable, nones):
-            if is_none:
-                dense[argument.name] = None
-        return Outcome("function", record, grads=dense)
+            return Outcome("function", self._graph_records, error=error)
+        return Outcome("function", self._graph_records, grads=dense)
 
     def native(self, values: dict[str, Any], upstreams: list[np.ndarray], execution: str = "eager") -> Outcome:
         """Native autodiff of the same forward pass: the backward function is never called."""
-        tf = _tf.tensorflow()
-        record = BackwardRecord()
-
-        def run(tensors: dict[str, Any], upstream_list: list[Any]) -> list[Any]:
-            sources = self._sources(tensors)
-            with tf.GradientTape() as tape:
-                for source in sources:
-                    tape.watch(source)
-                returned = self._call(self.forward, tensors, closed=False)
-            targets = self._float_outputs(returned[0])
-            return tape.gradient(targets, sources, output_gradients=upstream_list)
-
-        tensors = self.tensors(values)
         try:
             if execution == "function":
                 if self._graph_native is None:
-                    names = [a.name for a in self.plan.arguments if a.spec is not None]
-                    constants = {a.name: a.value for a in self.plan.arguments if a.spec is None}
-
-                    def graph_run(tensor_list: list[Any], upstream_list: list[Any]) -> list[Any]:
-                        inner = dict(zip(names, tensor_list))
-                        inner.update(constants)
-                        grads = run(inner, upstream_list)
-                        return [g if g is None else tf.convert_to_tensor(g) for g in grads]
-
-                    self._graph_native = (tf.function(graph_run, autograph=False), names)
-                function, names = self._graph_native
-                grads = function([tensors[n] for n in names], self._upstream_tensors(upstreams))
-            else:
-                grads = run(tensors, self._upstream_tensors(upstreams))
+                    self._graph_native = self._graph(self.target.native)
+                return Outcome("function", grads=self._run_graph(self._graph_native, values, upstreams))
+            tensors = self._apply(values)
+            grads = self._vjp(self.target.native, tensors, self._upstream_tensors(upstreams))
         except Exception as error:  # the user's forward raised
-            return Outcome(execution, record, error=error)
-        return Outcome(execution, record, grads=self._densify(list(grads), []))
+            return Outcome(execution, error=error)
+        return Outcome(execution, grads=self._densify(grads))
+
+    def second_order(
+        self, values: dict[str, Any], upstreams: list[np.ndarray], weights: dict[str, np.ndarray], path: str
+    ) -> Outcome:
+        """The gradient of ``sum_j <weights_j, first-order gradient_j>`` with respect to every source.
+
+        ``path`` is ``custom`` (differentiating through the user's backward
+        function) or ``native`` (through TensorFlow's own).
+        """
+        tf = _tf.tensorflow()
+        records: list[BackwardRecord] = []
+        call = (lambda a, k: self.target.custom(a, k, records, True)) if path == "custom" else self.target.native
+        try:
+            tensors = self._apply(values)
+            sources = self._source_tensors(tensors)
+            with tf.GradientTape(watch_accessed_variables=False) as outer:
+                for source in sources:
+                    outer.watch(source)
+                first = self._vjp(call, tensors, self._upstream_tensors(upstreams))
+                total = tf.constant(0.0, dtype=tf.float64)
+                for source, grad in zip(self.sources, first):
+                    if grad is None or source.name not in weights:
+                        continue
+                    grad = tf.convert_to_tensor(grad)
+                    weight = tf.constant(weights[source.name], dtype=grad.dtype)
+                    total += tf.cast(tf.reduce_sum(weight * grad), tf.float64)
+            second = outer.gradient(total, sources)
+        except Exception as error:  # the user's backward function is not differentiable, or raised
+            return Outcome("eager", records, error=error)
+        return Outcome("eager", records, grads=self._densify(second))
+
+    def first_order_loss(
+        self, values: dict[str, Any], upstreams: list[np.ndarray], weights: dict[str, np.ndarray]
+    ) -> tuple[float, float]:
+        """``sum_j <weights_j, custom gradient_j>``: the function whose gradient second order checks."""
+        outcome = self.custom(values, upstreams, "eager")
+        if outcome.error is not None:
+            raise outcome.error
+        assert outcome.grads is not None
+        total = 0.0
+        scale = 0.0
+        for name, weight in weights.items():
+            grad = outcome.grads.get(name)
+            if grad is None or grad.shape != weight.shape:
+                continue
+            products = weight * grad
+            total += float(np.sum(products))
+            scale += float(np.sum(np.abs(products)))
+        return total, scale
+
+
+def _default_variable_name(variable: Any) -> str:
+    name = getattr(variable, "name", "variable")
+    return name[:-2] if name.endswith(":0") else name
 
 
 # -- finite differences -----------------------------------------------------------

@@ -110,6 +110,8 @@ class Problem:
     """The likely bug, where the pattern is recognisable."""
     heatmap: HeatMap | None = field(default=None, compare=False)
     """Element-wise values for pictures; not part of the JSON report."""
+    order: int = 1
+    """1 for the gradient itself, 2 for the gradient of the gradient (``--order 2``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """This problem as one entry of the JSON report's ``problems`` list."""
@@ -124,6 +126,7 @@ class Problem:
             "max_rel_error": self.max_rel_error,
             "worst_index": list(self.worst_index) if self.worst_index is not None else None,
             "hint": self.hint,
+            "order": self.order,
         }
 
 

@@ -123,7 +123,7 @@ def reproduce_command(subject: Subject, settings: Settings, options: RunOptions)
     """The command line that checks this one function again with the same draws."""
     parts = ["gradcheck", "run", subject.id, "--seed", str(settings.seed)]
     defaults = Settings()
-    for key in ("dtype", "mode", "execution", "atol", "rtol", "eps"):
+    for key in ("dtype", "mode", "execution", "atol", "rtol", "eps", "order"):
         value = getattr(settings, key)
         if key in options.overrides and value != getattr(defaults, key):
             parts += [f"--{key}", str(value)]
@@ -143,6 +143,7 @@ def request_for(planned: PlannedCheck, options: RunOptions) -> CheckRequest:
     subject, config = planned.subject, planned.config
     table = config.subject(subject.kind, subject.name)
     settings = merged_settings(config, table, options.overrides)
+    dtype_given = "dtype" in options.overrides or "dtype" in config.settings or bool(table and "dtype" in table.settings)
     return CheckRequest(
         subject=subject,
         settings=settings,
@@ -151,6 +152,7 @@ def request_for(planned: PlannedCheck, options: RunOptions) -> CheckRequest:
         shape_overrides=options.shapes,
         config_label=config.label if config.path is not None else "gradcheck.toml",
         reproduce=reproduce_command(subject, settings, options),
+        dtype_given=dtype_given,
     )
 
 
@@ -211,33 +213,30 @@ def listing(options: RunOptions) -> list[ListedFunction]:
     for planned in collect(options):
         request = request_for(planned, options)
         subject = request.subject
-        forward = subject.forward
+        function = subject.forward if subject.kind != "layer" else subject.obj.call
         try:
-            signature = inspect.signature(forward)  # type: ignore[arg-type]
+            signature = inspect.signature(function)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             signature = inspect.Signature()
-        if subject.binding in ("method", "classmethod"):
+        if subject.binding in ("method", "classmethod", "layer"):
             parameters = list(signature.parameters.values())[1:]
             signature = signature.replace(parameters=parameters)
+        table = "layers" if subject.kind == "layer" else "functions"
         plan = plan_call(
             signature,
             request.config,
             request.dims,
             request.settings.dtype,
             request.config_label,
-            f"functions.{subject.name}",
+            f"{table}.{subject.name}",
             request.shape_overrides,
         )
         lines = []
-        for argument in plan.arguments:
+        for argument in plan.leaves:
             if argument.spec is not None:
-                shape = (
-                    "("
-                    + ", ".join(map(str, argument.spec.shape))
-                    + ("," if len(argument.spec.shape) == 1 else "")
-                    + ")"
-                )
-                detail = f"{shape} {argument.spec.dtype}"
+                shape = argument.spec.shape
+                text = "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+                detail = f"{text} {argument.spec.dtype}"
                 if argument.spec.distribution != "normal":
                     detail += f" {argument.spec.distribution}"
                 lines.append(f"{argument.name}: {detail}")
@@ -245,6 +244,8 @@ def listing(options: RunOptions) -> list[ListedFunction]:
                 lines.append(f"{argument.name} = {argument.value!r} (constant)")
             else:
                 lines.append(f"{argument.name}: not configured (small shapes are guessed at run time)")
+        if subject.reaches:
+            lines.append(f"reaches: {', '.join(subject.reaches)}")
         entries.append(ListedFunction(subject.id, subject.kind, str(signature), tuple(lines)))
     return entries
 

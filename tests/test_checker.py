@@ -214,7 +214,7 @@ def test_methods_and_traced_functions_from_a_module(project: Path) -> None:
     assert results["traced"]["status"] == "passed"
 
 
-def test_method_whose_class_cannot_be_built_is_an_error(project: Path) -> None:
+def test_method_whose_class_needs_init_is_skipped_or_errors(project: Path) -> None:
     write(
         project,
         "ops.py",
@@ -223,6 +223,8 @@ def test_method_whose_class_cannot_be_built_is_an_error(project: Path) -> None:
 
         class Needs:
             def __init__(self, factor):
+                if factor < 0:
+                    raise ValueError("factor must be positive")
                 self.factor = factor
 
             @tf.custom_gradient
@@ -233,8 +235,13 @@ def test_method_whose_class_cannot_be_built_is_an_error(project: Path) -> None:
         """,
     )
     result = run_json("ops.py")["results"][0]
+    assert result["status"] == "skipped"
+    assert '[functions."Needs.apply"] init = { ... }' in result["skip_reason"]
+    write(project, "gradcheck.toml", "[functions.Needs.apply]\ninit = { factor = -1 }\n")
+    result = run_json("ops.py")["results"][0]
     assert result["status"] == "error"
-    assert "init = {...}" in result["problems"][0]["message"]
+    assert "ValueError: factor must be positive" in result["problems"][0]["message"]
+    assert "ops.py:6 in __init__" in result["problems"][0]["message"]
 
 
 def test_same_seed_same_report(project: Path) -> None:

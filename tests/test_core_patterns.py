@@ -42,7 +42,7 @@ VALUE_VERDICTS: dict[str, tuple[str, set[tuple[str, str | None]]]] = {
     "straight_through": ("failed", {("native", "x"), ("numeric", "x")}),
     "logdet_wrong": ("failed", {("native", "S"), ("numeric", "S")}),
     "backward_raises": ("error", {("exception", None)}),
-    "keyword_only": ("failed", {("count", None), ("execution", None)}),
+    "keyword_only": ("failed", {("count", "x"), ("execution", None)}),
 }
 
 # Bugs in values are invisible to the shape audit; the rest it must still see.
@@ -147,11 +147,11 @@ def test_exception_names_the_users_frame(reports: dict[str, Any]) -> None:
     assert "gradcheck/" not in message
 
 
-def test_bypassed_backward_is_reported(reports: dict[str, Any]) -> None:
+def test_keyword_tensor_is_reported(reports: dict[str, Any]) -> None:
     problems = reports["fast"]["keyword_only"]["problems"]
     count = next(p for p in problems if p["check"] == "count")
-    assert "never called the backward function" in count["message"]
-    assert count["execution"] == "eager"
+    assert count["input"] == "x"
+    assert "passed by keyword" in count["message"] and "#65839" in count["message"]
     execution = next(p for p in problems if p["check"] == "execution")
     assert execution["execution"] == "function"
     assert "keyword" in execution["hint"]

@@ -8,6 +8,7 @@ import pytest
 from gradcheck import compare
 from gradcheck.inputs import Argument, CallPlan, TensorSpec
 from gradcheck.numerics import (
+    FunctionTarget,
     Harness,
     default_step,
     directional_derivative,
@@ -82,7 +83,7 @@ def test_harness_records_what_the_backward_returned() -> None:
 
         return x * w, grad
 
-    harness = Harness(f.__wrapped__, _plan(x=(3,), w=(3,)))
+    harness = Harness(FunctionTarget(f.__wrapped__), _plan(x=(3,), w=(3,)))
     values = {"x": np.arange(3.0), "w": np.ones(3)}
     harness.outputs(values)
     for execution in ("eager", "function"):
@@ -109,7 +110,7 @@ def test_harness_traces_tf_function_once() -> None:
 
         return 2.0 * x, grad
 
-    harness = Harness(f.__wrapped__, _plan(x=(4,)))
+    harness = Harness(FunctionTarget(f.__wrapped__), _plan(x=(4,)))
     harness.outputs({"x": np.zeros(4)})
     traces.clear()
     for seed in range(3):
@@ -126,7 +127,7 @@ def test_projection_of_custom_gradient_matches_finite_differences() -> None:
 
         return tf.sin(x), grad
 
-    harness = Harness(f.__wrapped__, _plan(x=(5,)))
+    harness = Harness(FunctionTarget(f.__wrapped__), _plan(x=(5,)))
     x = np.linspace(-1, 1, 5)
     upstream = [np.arange(1.0, 6.0)]
     harness.outputs({"x": x})
