@@ -87,16 +87,21 @@ def quiet_logs() -> Iterator[None]:
     shape; TensorFlow's heuristic warns about that as "retracing" although no
     function is traced twice.
     """
-    if _VERBOSE:
-        yield
-        return
-    logger = tensorflow().get_logger()
+    tf = tensorflow()
+    # Unfiltered tracebacks keep TensorFlow's own frames, so an error can be
+    # told apart from a bug in gradcheck, and the user's frame found.
+    filtering = tf.debugging.is_traceback_filtering_enabled()
+    tf.debugging.disable_traceback_filtering()
+    logger = tf.get_logger()
     level = logger.level
-    logger.setLevel("ERROR")
+    if not _VERBOSE:
+        logger.setLevel("ERROR")
     try:
         yield
     finally:
         logger.setLevel(level)
+        if filtering:
+            tf.debugging.enable_traceback_filtering()
 
 
 def tensorflow_available() -> bool:
@@ -150,11 +155,16 @@ def custom_gradient_parts(obj: Any) -> CustomGradientParts | None:
     )
 
 
+def flatten_with_paths(structure: Any) -> list[tuple[str, Any]]:
+    """``tf.nest.flatten`` with each leaf's path (``"a/0"``); TF's public API has no such function."""
+    from tensorflow.python.util import nest
+
+    return nest.flatten_with_joined_string_paths(structure)
+
+
 def is_keras_variable(value: Any) -> bool:
     """True for a Keras 3 variable (which is not a ``tf.Variable`` but wraps one)."""
-    return any(
-        cls.__name__ == "Variable" and cls.__module__.startswith("keras") for cls in type(value).__mro__
-    )
+    return any(cls.__name__ == "Variable" and cls.__module__.startswith("keras") for cls in type(value).__mro__)
 
 
 def underlying_variable(value: Any) -> Any:
@@ -166,9 +176,7 @@ def is_keras_layer_class(obj: Any) -> bool:
     """True for a subclass of Keras's ``Layer`` (Keras 3 or tf.keras), without importing Keras."""
     if not isinstance(obj, type):
         return False
-    return any(
-        cls.__name__ == "Layer" and cls.__module__.startswith(("keras", "tf_keras")) for cls in obj.__mro__[1:]
-    )
+    return any(cls.__name__ == "Layer" and cls.__module__.startswith(("keras", "tf_keras")) for cls in obj.__mro__[1:])
 
 
 def wrapper_parts(obj: Any) -> tuple[str, Callable[..., Any]] | None:

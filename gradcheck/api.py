@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,12 +34,34 @@ def _input_config(name: str, value: Any, dims: Mapping[str, int]) -> InputConfig
 
 def _subject_for(fn: Any) -> Any:
     from gradcheck import _tf
-    from gradcheck.discovery import Subject, _def_line, display_path
+    from gradcheck.discovery import Subject, _def_line, display_path, reached_custom_gradients
 
+    layer_class = fn if isinstance(fn, type) else type(fn)
+    if _tf.is_keras_layer_class(layer_class):
+        patches = reached_custom_gradients(layer_class.call, layer_class)
+        if not patches:
+            raise UsageError(f"{_LABEL}: {layer_class.__name__}.call reaches no @tf.custom_gradient function")
+        source = getattr(getattr(layer_class.call, "__code__", None), "co_filename", None)
+        path = display_path(Path(source)) if source else "<unknown>"
+        return Subject(
+            id=f"{path}::{layer_class.__name__}",
+            name=layer_class.__name__,
+            kind="layer",
+            path=path,
+            line=0,
+            obj=fn,
+            forward=None,
+            owner=layer_class,
+            binding="layer",
+            module=sys.modules.get(layer_class.__module__),
+            patches=tuple(patches),
+            reaches=tuple(dict.fromkeys(name for _, name in patches)),
+        )
     parts = _tf.custom_gradient_parts(fn)
-    if parts is None:
+    wrapper = _tf.wrapper_parts(fn) if parts is None else None
+    if parts is None and wrapper is None:
         raise UsageError(f"{_LABEL}: {getattr(fn, '__qualname__', fn)!r} is not a @tf.custom_gradient function")
-    forward = parts.forward
+    forward = parts.forward if parts is not None else wrapper[1]  # type: ignore[index]
     name = getattr(forward, "__qualname__", getattr(forward, "__name__", "function"))
     try:
         source = inspect.getsourcefile(inspect.unwrap(forward))
@@ -53,8 +76,10 @@ def _subject_for(fn: Any) -> Any:
         line=_def_line(forward),
         obj=fn,
         forward=forward,
-        decorators=parts.decorators,
-        input_signature=parts.input_signature,
+        decorators=parts.decorators if parts is not None else (wrapper[0],),  # type: ignore[index]
+        input_signature=parts.input_signature if parts is not None else None,
+        binding="function" if parts is not None else "wrapper",
+        module=inspect.getmodule(forward),
     )
 
 
@@ -63,6 +88,7 @@ def check(
     inputs: Mapping[str, Any] | None = None,
     *,
     constants: Mapping[str, Any] | None = None,
+    init: Mapping[str, Any] | None = None,
     reference: str | None = None,
     mode: str | None = None,
     dtype: str | None = None,
@@ -75,12 +101,14 @@ def check(
     order: int | None = None,
     dims: Mapping[str, int] | None = None,
 ) -> Result:
-    """Check one custom-gradient function and return its result record.
+    """Check one custom-gradient function (or Keras layer) and return its result record.
 
     ``inputs`` maps argument names to shapes (``(32, 16)``) or to tables as
     in the config (``{"shape": [64], "low": -30.0, "high": 30.0}``); names
     from ``dims`` may stand for sizes. Without ``inputs``, small shapes are
-    guessed. The keyword arguments are the config's settings.
+    guessed. ``init`` holds the constructor arguments of a layer class (a
+    layer instance is checked as it is, its weights restored afterwards).
+    The other keyword arguments are the config's settings.
     """
     from gradcheck.checker import CheckRequest, check_subject
 
@@ -89,6 +117,7 @@ def check(
     table = SubjectConfig(
         inputs={name: _input_config(name, value, dims) for name, value in (inputs or {}).items()},
         constants=dict(constants or {}),
+        init=dict(init or {}),
     )
     given = {
         "reference": reference,

@@ -60,6 +60,7 @@ from gradcheck.numerics import (
     default_step,
     directional_derivative,
     finite_difference_gradient,
+    raised_by_gradcheck,
 )
 from gradcheck.results import InputRecord, Problem, Result
 
@@ -114,7 +115,11 @@ def _message_lines(error: BaseException) -> list[str]:
     text = _ANSI.sub("", str(error))
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     # Keras wraps errors raised in call() in a paragraph of its own; the cause follows.
-    return [line for line in lines if not line.startswith(("Exception encountered when calling", "Arguments received by", "•"))]
+    return [
+        line
+        for line in lines
+        if not line.startswith(("Exception encountered when calling", "Arguments received by", "•"))
+    ]
 
 
 def describe_exception(error: BaseException, path: str | None) -> str:
@@ -214,6 +219,7 @@ class _Check:
         self.backward_line: int | None = None
         self.skip_reason: str | None = None
         self.built: _Built | None = None
+        self.fresh_layer = False
         self._draws: dict[int, tuple[dict[str, Any], list[np.ndarray]]] = {}
 
     # -- targets ---------------------------------------------------------------
@@ -291,11 +297,16 @@ class _Check:
 
     def _build_layer(self, dtype: str) -> _Built:
         subject = self.subject
-        cls = subject.obj
-        kwargs = self._init_kwargs()
-        if "dtype" not in kwargs and _accepts_keyword(cls.__init__, "dtype"):
-            kwargs["dtype"] = dtype
-        layer = self._construct(cls, kwargs, "layer")
+        if isinstance(subject.obj, type):
+            cls = subject.obj
+            kwargs = self._init_kwargs()
+            if "dtype" not in kwargs and _accepts_keyword(cls.__init__, "dtype"):
+                kwargs["dtype"] = dtype
+            layer = self._construct(cls, kwargs, "layer")
+            self.fresh_layer = True
+        else:
+            layer = subject.obj  # the user's own instance: checked as it is, weights restored afterwards
+            self.fresh_layer = False
         patches = [
             Patch(namespace, name, namespace[name], parts.forward)
             for namespace, name in subject.patches
@@ -321,6 +332,9 @@ class _Check:
                     pass
             if module is not None:
                 places.append(vars(module))
+            code_owner = forward if forward is not None else getattr(self.subject.owner, "call", None)
+            if code_owner is not None:
+                places.append(getattr(inspect.unwrap(code_owner), "__globals__", {}))
             for place in places:
                 for key, value in place.items():
                     if key.startswith("__"):
@@ -384,9 +398,10 @@ class _Check:
                 harness = Harness(built.target, candidate, built.name_variable)
                 values = draw_values(candidate, subject_rng(self.settings.seed, self.subject.name, 0))
                 try:
-                    values.update(_current_variable_values(harness, values))
                     outputs = harness.outputs(values)
                 except Exception as error:  # the forward refused these shapes
+                    if raised_by_gradcheck(error):
+                        raise
                     harness.restore()
                     last_error = error
                     errors.append(error)
@@ -404,7 +419,9 @@ class _Check:
                     )
                     return candidate
         if errors and self._same_failure_whatever_the_shapes(errors):
-            raise UserCodeError(f"forward pass raised: {describe_exception(errors[-1], self.subject.path)}") from errors[-1]
+            raise UserCodeError(
+                f"forward pass raised: {describe_exception(errors[-1], self.subject.path)}"
+            ) from errors[-1]
         if errors and all(_dtype_clash(e) for e in errors) and self.dtype == "float64":
             raise _NeedsFloat32(errors[-1])
         example = ", ".join(f"{name} = [4, 5]" for name in plan.unknown)
@@ -462,9 +479,12 @@ class _Check:
         self.harness = Harness(built.target, plan, built.name_variable)
         try:
             values = draw_values(plan, subject_rng(self.settings.seed, self.subject.name, 0))
-            values.update(_current_variable_values(self.harness, values))
             outputs = self.harness.outputs(values)
+            # The first forward pass found the variables: draw 0 holds their values as they are.
+            values.update(self.harness.variable_values())
         except Exception as error:  # the forward pass raised
+            if raised_by_gradcheck(error):
+                raise
             self.harness.restore()
             if dtype == "float64" and _dtype_clash(error):
                 return self._rerun_in_float32(error)
@@ -472,8 +492,10 @@ class _Check:
                 Problem("exception", None, f"forward pass raised: {describe_exception(error, self.subject.path)}")
             )
             return "error"
-        if built.layer is not None:
-            self._redraw_layer_weights(values, built.layer, subject_rng(self.settings.seed, self.subject.name + ":weights", 0))
+        if built.layer is not None and self.fresh_layer:
+            self._redraw_layer_weights(
+                values, built.layer, subject_rng(self.settings.seed, self.subject.name + ":weights", 0)
+            )
         self._draws[0] = (values, self._upstreams(0))
         if not outputs:
             self.skip_reason = "the forward pass has no float outputs: there is no gradient to check"
@@ -541,8 +563,9 @@ class _Check:
             )
             return "error"
         self.notes.append(
-            f"ran in float32: with float64 inputs the forward pass raised ({describe_exception(error, self.subject.path)}), "
-            "so the code is written for float32; tolerances and steps are float32's"
+            "ran in float32: with float64 inputs the forward pass raised "
+            f"({describe_exception(error, self.subject.path)}), so the code is written for float32; "
+            "tolerances and steps are float32's"
         )
         if self.harness is not None:
             self.harness.restore()
@@ -585,13 +608,17 @@ class _Check:
         values, _ = self.draw(0)
         try:
             outputs = wide.outputs(values)
-        except Exception:  # the code is written for its dtype: references stay in it
+        except Exception as error:  # the code is written for its dtype: references stay in it
+            if raised_by_gradcheck(error):
+                raise
             wide.restore()
             return self.harness
         if not all(np.all(np.isfinite(o)) for o in outputs):
             wide.restore()
             return self.harness
-        self.notes.append(f"references (native autodiff, finite differences) evaluated in float64 for {self.dtype} inputs")
+        self.notes.append(
+            f"references (native autodiff, finite differences) evaluated in float64 for {self.dtype} inputs"
+        )
         return wide
 
     # -- audit -----------------------------------------------------------------
@@ -623,12 +650,18 @@ class _Check:
         if error is not None and _VARIABLES_REFUSED in str(error):
             return [self._variables_refused(error, records)]
         problems: list[Problem] = []
-        failed = next((r for r in records if r.phase in ("forward", "backward") or r.malformed and r.returned is None), None)
+        failed = next((r for r in records if r.phase != "backward-done"), None)
         if error is not None and (failed is not None or not records):
             if failed is not None and failed.malformed and failed.returned is None:
                 return [Problem("exception", None, failed.malformed)]
-            where = "backward function" if failed is not None and failed.phase == "backward" else "forward pass"
-            return [Problem("exception", None, f"{where} raised: {describe_exception(error, path)}")]
+            phase = failed.phase if failed is not None else "forward"
+            where = {
+                "start": "custom_gradient refused the call",
+                "forward": "forward pass raised",
+                "forward-done": "TensorFlow raised after the forward pass",
+                "backward": "backward function raised",
+            }[phase]
+            return [Problem("exception", None, f"{where}: {describe_exception(error, path)}")]
         for record in records:
             if record.returned is not None:
                 problems.extend(self._audit_returned(record))
@@ -662,19 +695,27 @@ class _Check:
         return problems
 
     def _variables_refused(self, error: BaseException, records: list[BackwardRecord]) -> Problem:
+        read = re.findall(r"<tf\.Variable '([^']+)'", _ANSI.sub("", str(error)))
         names = []
-        harness = self.harness
-        if harness is not None:
-            names = [name for name, _ in harness.variables]
-        where = f"{self.subject.name} reads" if self.subject.kind != "layer" else f"{self.subject.name}.call passes"
+        for raw in read:
+            ours = [n for n, v in (self.harness.variables if self.harness else []) if v.name == raw]
+            names.append(ours[0] if ours else raw.removesuffix(":0"))
         function = records[-1].function if records else self.subject.name
-        what = f" ({', '.join(names)})" if names else ""
+        listed = ", ".join(dict.fromkeys(names)) or "a variable"
+        plural = "variables" if len(set(names)) > 1 else "variable"
+        if self.subject.kind == "layer":
+            what = f"{self.subject.name}.call passes the {plural} {listed} into {function}"
+            way_out = f"tf.convert_to_tensor(self.{names[0]})" if names else "tf.convert_to_tensor(weight)"
+        else:
+            what = f"{function} reads the {plural} {listed}"
+            way_out = "a tensor (tf.convert_to_tensor(variable)) as an argument"
         return Problem(
             "variables",
             None,
-            f"{where} variables{what} into {function}, whose backward function does not take variables=: "
-            f"TensorFlow raises \"grad_fn must accept keyword argument 'variables'\"",
-            hint=_VARIABLES_HINT,
+            f"{what}, but its backward function does not take variables=: TensorFlow raises "
+            "\"grad_fn must accept keyword argument 'variables'\"",
+            hint="accept variables=None in the backward function and return (input_gradients, "
+            f"variable_gradients), or pass {way_out} into {function} instead",
         )
 
     def _audit_returned(self, record: BackwardRecord) -> list[Problem]:
@@ -773,7 +814,9 @@ class _Check:
                 Problem(
                     "dtype",
                     name,
-                    f"the gradient of {name} is {gradient.dtype}" + (f" ({source})" if source else "") + f", its input {expected_dtype}",
+                    f"the gradient of {name} is {gradient.dtype}"
+                    + (f" ({source})" if source else "")
+                    + f", its input {expected_dtype}",
                     expected=expected_dtype,
                     got=str(gradient.dtype),
                     hint=f"cast the gradient to the input's dtype: tf.cast(grad, {name.rsplit('.', 1)[-1]}.dtype)",
@@ -896,16 +939,14 @@ class _Check:
         if execution == "function":
             constants = [a for a in self.plan.positional if a.role == "constant"]
             keywords = [a for a in self.plan.arguments if a.keyword]
-            if "keywords arguments only when eager" in message or keywords and "keyword" in message:
+            if "keywords arguments only when eager" in message or (keywords and "keyword" in message):
                 names = ", ".join(a.name for a in keywords) or "them"
                 hint = (
                     f"inside tf.function, custom_gradient refuses keyword arguments: pass {names} positionally "
                     "(returning None for it), or bind it with functools.partial"
                 )
             elif constants:
-                described = ", ".join(
-                    f"{a.name}={a.value!r} (becomes {_graph_dtype(a.value)})" for a in constants
-                )
+                described = ", ".join(f"{a.name}={a.value!r} (becomes {_graph_dtype(a.value)})" for a in constants)
                 hint = (
                     f"inside tf.function, custom_gradient converts the Python constant {described} to a "
                     "tensor before the function sees it; bind it with a closure or functools.partial"
@@ -1032,7 +1073,8 @@ class _Check:
                     Problem(
                         "finite",
                         name,
-                        f"the {what} has NaN or Inf at {len(bad)} of {got.size} elements where the forward output is finite",
+                        f"the {what} has NaN or Inf at {len(bad)} of {got.size} elements "
+                        "where the forward output is finite",
                         execution=execution,
                         worst_index=index,
                         hint="a division by zero, log of zero, or an overflowing exp in the backward function?",
@@ -1317,11 +1359,54 @@ class _Check:
                         ones_reference = self._ones_reference()
                     hint = compare.value_hint(customs[name], references[name], ones_reference.get(name))  # type: ignore[index,arg-type]
                 if hint is None and problem.order == 1:
+                    hint = self._upstream_hint(name, customs[name])  # type: ignore[index,arg-type]
+                if hint is None and problem.order == 1:
                     hint = self._transposed_operand_hint(name, references[name])  # type: ignore[arg-type]
                 if hint is not None:
                     problem = replace(problem, hint=hint)
             hinted.append(problem)
         return hinted
+
+    def _upstream_hint(self, name: str, got: np.ndarray) -> str | None:
+        """Recognise a backward function that drops or mixes up the upstream gradients of several outputs.
+
+        Reruns native autodiff with one upstream zeroed, or two same-shaped
+        upstreams exchanged: if that is what the custom gradient computed, the
+        backward function ignores that output's upstream or takes them in
+        another order than TensorFlow passes them.
+        """
+        assert self.reference is not None
+        labels = self.reference.output_labels
+        if len(labels) < 2:
+            return None
+        values, upstreams = self.draw(0)
+
+        def native_with(changed: list[np.ndarray]) -> np.ndarray | None:
+            outcome = self.reference.native(values, changed)  # type: ignore[union-attr]
+            return outcome.grads.get(name) if outcome.ok and outcome.grads else None
+
+        for j, label in enumerate(labels):
+            changed = [np.zeros_like(u) if i == j else u for i, u in enumerate(upstreams)]
+            expected = native_with(changed)
+            if expected is not None and compare.close(got, expected):
+                return (
+                    f"the backward function ignores the upstream gradient of output {label} "
+                    f"(its argument {j + 1} of {len(labels)})"
+                )
+        for i in range(len(labels)):
+            for j in range(i + 1, len(labels)):
+                if upstreams[i].shape != upstreams[j].shape:
+                    continue
+                changed = list(upstreams)
+                changed[i], changed[j] = upstreams[j], upstreams[i]
+                expected = native_with(changed)
+                if expected is not None and compare.close(got, expected):
+                    return (
+                        f"the backward function takes the upstream gradients of outputs {labels[i]} and "
+                        f"{labels[j]} in swapped order: TensorFlow passes one per output in tf.nest.flatten "
+                        "order (a dict's keys sorted)"
+                    )
+        return None
 
     def _transposed_operand_hint(self, name: str, reference: np.ndarray) -> str | None:
         """Recognise a missing transpose inside the backward function.
@@ -1395,7 +1480,7 @@ class _Check:
             verdicts[source.name] = verdict
             found.extend(verdict.problems)
             self.notes.extend(n for n in verdict.notes if n not in self.notes)
-        self.problems.extend(found)
+        self.problems.extend(self.with_hints(found, verdicts))
         if not found:
             self.notes.append("second order: the gradient of the custom gradient agrees with the references")
 
@@ -1428,11 +1513,6 @@ def _accepts_keyword(function: Any, name: str) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-
-
-def _current_variable_values(harness: Harness, values: dict[str, Any]) -> dict[str, Any]:
-    """Variable values as they are now (read before the first call found them: none yet)."""
-    return {name: value for name, value in harness.variable_values().items() if name not in values}
 
 
 def _broadcasts(shape: tuple[int | None, ...], target: tuple[int, ...]) -> bool:
@@ -1489,9 +1569,20 @@ def input_records(plan: CallPlan | None, harness: Harness | None) -> tuple[Input
     if harness is not None:
         for name, variable in harness.variables:
             records.append(
-                InputRecord(name=name, shape=tuple(variable.shape.as_list()), dtype=variable.dtype.name, role="variable")
+                InputRecord(
+                    name=name, shape=tuple(variable.shape.as_list()), dtype=variable.dtype.name, role="variable"
+                )
             )
     return tuple(records)
+
+
+def _fed_dtype(check: _Check) -> str:
+    """The dtype the float inputs were fed in (an input signature or the config can fix it)."""
+    if check.plan is not None:
+        dtypes = {a.spec.dtype for a in check.plan.differentiable if a.spec is not None}
+        if len(dtypes) == 1:
+            return dtypes.pop()
+    return check.dtype
 
 
 def check_subject(request: CheckRequest) -> Result:
@@ -1506,7 +1597,7 @@ def check_subject(request: CheckRequest) -> Result:
         name=subject.name,
         kind=subject.kind,
         status=status,
-        dtype=check.dtype,
+        dtype=_fed_dtype(check),
         inputs=input_records(check.plan, check.harness),
         problems=tuple(check.problems),
         seconds=time.perf_counter() - start,
@@ -1517,5 +1608,3 @@ def check_subject(request: CheckRequest) -> Result:
         backward_line=check.backward_line,
         reproduce=request.reproduce if status in ("failed", "error") else None,
     )
-
-

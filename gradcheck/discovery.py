@@ -422,7 +422,11 @@ def reached_custom_gradients(function: Any, cls: type | None = None) -> list[tup
                 value = namespace[name]
                 if _tf.custom_gradient_parts(value) is not None:
                     found.append((namespace, name))
-                elif isinstance(value, ModuleType) and not _tf.is_tf_own(value) and value.__name__ not in sys.stdlib_module_names:
+                elif (
+                    isinstance(value, ModuleType)
+                    and not _tf.is_tf_own(value)
+                    and value.__name__ not in sys.stdlib_module_names
+                ):
                     for attr in sorted(names):
                         member = vars(value).get(attr)
                         if member is not None and _tf.custom_gradient_parts(member) is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import zlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np

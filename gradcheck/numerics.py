@@ -14,8 +14,11 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import os
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -125,6 +128,18 @@ def _accepts_variables(grad_fn: Callable[..., Any]) -> bool:
     return "variables" in spec.args or "variables" in spec.kwonlyargs or spec.varkw is not None
 
 
+def to_float64(value: Any) -> np.ndarray | None:
+    """A tensor's values as a float64 array (bfloat16 and float16 too); None if it has none."""
+    tf = _tf.tensorflow()
+    try:
+        tensor = tf.convert_to_tensor(value)
+        if tensor.dtype.is_floating or tensor.dtype.is_integer:
+            tensor = tf.cast(tensor, tf.float64)
+        return np.asarray(tensor.numpy(), dtype=np.float64)
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
 def describe_gradient(value: Any, eager: bool) -> ReturnedGradient:
     """Describe one returned gradient (or received argument) without judging it."""
     tf = _tf.tensorflow()
@@ -139,13 +154,13 @@ def describe_gradient(value: Any, eager: bool) -> ReturnedGradient:
         else:
             static = tf.get_static_value(dense_shape) if dense_shape is not None else None
             shape = tuple(int(d) for d in static) if static is not None else None
-        dense = np.asarray(tf.convert_to_tensor(value)) if eager else None
+        dense = to_float64(tf.convert_to_tensor(value)) if eager else None
         return ReturnedGradient("indexed_slices", shape, value.values.dtype.name, "IndexedSlices", dense)
     if isinstance(value, (tf.Tensor, tf.Variable)) or _tf.is_keras_variable(value):
         shape = tuple(value.shape.as_list()) if value.shape.rank is not None else None
         dtype = value.dtype if isinstance(value.dtype, str) else value.dtype.name
         kind = "variable" if not isinstance(value, tf.Tensor) else "tensor"
-        dense = np.asarray(value) if eager and kind == "tensor" and hasattr(value, "numpy") else None
+        dense = to_float64(value) if eager and kind == "tensor" and hasattr(value, "numpy") else None
         return ReturnedGradient(kind, shape, dtype, type_name, dense)
     if isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
@@ -217,7 +232,7 @@ def instrument(
             record.malformed = (
                 f"the forward function must return (result, grad_fn); it returned {type(returned).__name__}"
             )
-            raise TypeError(record.malformed)
+            raise ContractError(record.malformed)
         result, grad_fn = returned
         record.accepts_variables = _accepts_variables(grad_fn)
         code = getattr(grad_fn, "__code__", None)
@@ -235,7 +250,10 @@ def instrument(
                 record.variables = list(variables)
                 raw = grad_fn(*upstreams, variables=variables)
             record.phase = "backward-done"
-            _record_returned(record, raw, variables is not None, eager)
+            try:
+                _record_returned(record, raw, variables is not None, eager)
+            except Exception as error:  # describing must never break the user's backward pass
+                record.malformed = f"could not read what the backward function returned: {error}"
             return raw
 
         if record.accepts_variables:
@@ -253,9 +271,15 @@ def instrument(
     return tf.custom_gradient(instrumented)
 
 
+class ContractError(TypeError):
+    """The user's function broke the custom_gradient calling convention (raised on its behalf)."""
+
+
 def _result_of(returned: Any) -> Any:
     if not isinstance(returned, (tuple, list)) or len(returned) != 2:
-        raise TypeError(f"the forward function must return (result, grad_fn); it returned {type(returned).__name__}")
+        raise ContractError(
+            f"the forward function must return (result, grad_fn); it returned {type(returned).__name__}"
+        )
     return returned[0]
 
 
@@ -381,6 +405,29 @@ class Source:
         return int(np.prod(self.shape, dtype=np.int64))
 
 
+#: Exception types that, raised in gradcheck's own frames, are bugs of ours. TensorFlow raises
+#: ValueError and TypeError on the user's behalf, and with traceback filtering its frames can
+#: vanish from tracebacks, so those two never count.
+_BUG_TYPES = (AttributeError, NameError, KeyError, IndexError, AssertionError, ImportError)
+
+
+def raised_by_gradcheck(error: BaseException) -> bool:
+    """True when ``error`` is a bug in gradcheck itself, not the user's code or TensorFlow's.
+
+    Everything the checker catches from a run is the user's doing unless
+    the innermost frame is gradcheck's own and gradcheck did not raise it on
+    the user's behalf (:class:`ContractError`). Such errors must surface as
+    internal errors (exit 3), never as a verdict on the user's function.
+    """
+    if isinstance(error, ContractError) or not isinstance(error, _BUG_TYPES):
+        return False
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return False
+    package = str(Path(__file__).resolve().parent)
+    return str(Path(frames[-1].filename).resolve()).startswith(package + os.sep)
+
+
 class Harness:
     """Runs one call target with one call plan: forward, custom and native gradients, losses.
 
@@ -401,6 +448,8 @@ class Harness:
         self._graph_records: list[BackwardRecord] = []
         self._graph_native: Any = None
         self.output_specs: list[OutputSpec] | None = None
+        #: Where each float output sits in the result (a dict key, a tuple index), in upstream order.
+        self.output_labels: list[str] = []
         #: How many times the forward ran for finite differences and probing.
         self.forward_evaluations = 0
 
@@ -421,7 +470,7 @@ class Harness:
 
     def variable_values(self) -> dict[str, np.ndarray]:
         """The current value of every variable the forward pass reads."""
-        return {name: np.asarray(variable.numpy(), dtype=np.float64) for name, variable in self.variables}
+        return {name: to_float64(variable) for name, variable in self.variables}
 
     def _apply(self, values: dict[str, Any]) -> dict[str, Any]:
         """TF tensors for the tensor leaves; variables assigned from ``values``."""
@@ -467,7 +516,7 @@ class Harness:
                 continue
             if isinstance(grad, tf.IndexedSlices):
                 grad = tf.convert_to_tensor(grad)
-            dense[source.name] = np.asarray(grad, dtype=np.float64)
+            dense[source.name] = to_float64(grad)
         return dense
 
     # -- forward ---------------------------------------------------------------
@@ -490,7 +539,12 @@ class Harness:
         flat = self._float_outputs(result)
         if self.output_specs is None:
             self.output_specs = [OutputSpec(tuple(t.shape.as_list()), t.dtype.name) for t in flat]
-        return [np.asarray(t, dtype=np.float64) for t in flat]
+            self.output_labels = [
+                path or str(index)
+                for index, (path, t) in enumerate(_tf.flatten_with_paths(result))
+                if any(t is f for f in flat)
+            ]
+        return [to_float64(t) for t in flat]
 
     def _discover_variables(self, watched: Any) -> None:
         named: list[tuple[str, Any]] = []
@@ -546,6 +600,8 @@ class Harness:
                 lambda a, k: self.target.custom(a, k, records, True), tensors, self._upstream_tensors(upstreams)
             )
         except Exception as error:  # the user's code (or TF on its behalf) raised
+            if raised_by_gradcheck(error):
+                raise
             return Outcome("eager", records, error=error)
         return Outcome("eager", records, grads=self._densify(grads))
 
@@ -566,7 +622,9 @@ class Harness:
 
         return tf.function(vjp, autograph=False), names, nones
 
-    def _run_graph(self, graph: tuple[Any, list[str], list[bool]], values: dict[str, Any], upstreams: list[np.ndarray]) -> dict[str, np.ndarray | None]:
+    def _run_graph(
+        self, graph: tuple[Any, list[str], list[bool]], values: dict[str, Any], upstreams: list[np.ndarray]
+    ) -> dict[str, np.ndarray | None]:
         function, names, nones = graph
         tensors = self._apply(values)
         grads = function([tensors[n] for n in names], self._upstream_tensors(upstreams))
@@ -583,6 +641,8 @@ class Harness:
         try:
             dense = self._run_graph(self._graph_vjp, values, upstreams)
         except Exception as error:  # the user's code raised while tracing or running
+            if raised_by_gradcheck(error):
+                raise
             return Outcome("function", self._graph_records, error=error)
         return Outcome("function", self._graph_records, grads=dense)
 
@@ -596,6 +656,8 @@ class Harness:
             tensors = self._apply(values)
             grads = self._vjp(self.target.native, tensors, self._upstream_tensors(upstreams))
         except Exception as error:  # the user's forward raised
+            if raised_by_gradcheck(error):
+                raise
             return Outcome(execution, error=error)
         return Outcome(execution, grads=self._densify(grads))
 
@@ -626,6 +688,8 @@ class Harness:
                     total += tf.cast(tf.reduce_sum(weight * grad), tf.float64)
             second = outer.gradient(total, sources)
         except Exception as error:  # the user's backward function is not differentiable, or raised
+            if raised_by_gradcheck(error):
+                raise
             return Outcome("eager", records, error=error)
         return Outcome("eager", records, grads=self._densify(second))
 

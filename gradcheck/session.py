@@ -143,7 +143,9 @@ def request_for(planned: PlannedCheck, options: RunOptions) -> CheckRequest:
     subject, config = planned.subject, planned.config
     table = config.subject(subject.kind, subject.name)
     settings = merged_settings(config, table, options.overrides)
-    dtype_given = "dtype" in options.overrides or "dtype" in config.settings or bool(table and "dtype" in table.settings)
+    dtype_given = (
+        "dtype" in options.overrides or "dtype" in config.settings or bool(table and "dtype" in table.settings)
+    )
     return CheckRequest(
         subject=subject,
         settings=settings,
