@@ -36,6 +36,8 @@ VERDICTS: dict[str, tuple[str, set[tuple[str, str | None, str | None]]]] = {
     "apply_gain": ("passed", set()),
     "apply_gain_wrong": ("failed", {("native", "gain", "eager"), ("numeric", "gain", "eager")}),
     "apply_gain_no_variables": ("failed", {("variables", None, None)}),
+    "apply_gain_wrong_shape": ("failed", {("variables", "gain", None)}),
+    "shifted_square": ("passed", set()),
     "custom_op": ("passed", set()),
     "custom_op_wrong_w": ("failed", {("native", "W", "eager"), ("numeric", "W", "eager")}),
     "CustomLayer": ("failed", {("variables", None, "eager")}),
@@ -117,6 +119,13 @@ def test_variables_are_checked_by_name_and_restored(forms: Path, report: dict[st
     for function in (module.apply_gain, module.apply_gain_wrong, module.apply_gain_no_variables):
         gradcheck.check(function, inputs={"x": (4, 3)})
     assert np.array_equal(module.gain.numpy(), before)
+
+
+def test_variable_gradients_are_audited_and_captured_variables_found(report: dict[str, Any]) -> None:
+    problem = report["apply_gain_wrong_shape"]["problems"][0]
+    assert problem["message"] == "the gradient of the variable gain has shape (4, 3), the variable (3,)"
+    shifted = report["shifted_square"]
+    assert ("shift", "variable") in {(i["name"], i.get("role")) for i in shifted["inputs"]}
 
 
 def test_the_tutorial_layer_is_explained_with_both_ways_out(report: dict[str, Any]) -> None:
