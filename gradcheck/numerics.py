@@ -12,6 +12,7 @@ them is :mod:`gradcheck.compare`'s job.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import math
 import os
@@ -448,6 +449,9 @@ class Harness:
         self._graph_records: list[BackwardRecord] = []
         self._graph_native: Any = None
         self.output_specs: list[OutputSpec] | None = None
+        #: Per input: how its finite differences are batched (``stack``, ``vectorized``, ``loop``) and why.
+        self.batching: dict[str, tuple[str, str]] = {}
+        self._vectorized: dict[str, tuple[Any, list[str]]] = {}
         #: Where each float output sits in the result (a dict key, a tuple index), in upstream order.
         self.output_labels: list[str] = []
         #: How many times the forward ran for finite differences and probing.
@@ -620,7 +624,9 @@ class Harness:
             sources = self._source_tensors(tensors)
             return [tf.zeros_like(s) if g is None else tf.convert_to_tensor(g) for g, s in zip(grads, sources)]
 
-        return tf.function(vjp, autograph=False), names, nones
+        # A partial (no __code__) gives each harness trace statistics of its own,
+        # so TensorFlow does not call one trace per checked function "retracing".
+        return tf.function(functools.partial(vjp), autograph=False), names, nones
 
     def _run_graph(
         self, graph: tuple[Any, list[str], list[bool]], values: dict[str, Any], upstreams: list[np.ndarray]
@@ -693,6 +699,142 @@ class Harness:
             return Outcome("eager", records, error=error)
         return Outcome("eager", records, grads=self._densify(second))
 
+    # -- batched losses for finite differences -------------------------------
+
+    def losses(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> BatchedLoss:
+        """The loss at many perturbations of one input, in as few forward calls as the function allows.
+
+        Three ways, tried in order and validated once per input against
+        one-at-a-time evaluation: stacking the perturbed copies along a new
+        leading axis (for functions that broadcast over it, as elementwise
+        ops and matmul do), ``tf.vectorized_map`` over them, or a loop.
+        """
+
+        def evaluate(name: str, perturbations: Perturbations) -> tuple[np.ndarray, np.ndarray]:
+            strategy = self._batching_strategy(name, values, upstreams)
+            if strategy == "stack":
+                return self._stacked_losses(values, upstreams, name, perturbations)
+            if strategy == "vectorized":
+                return self._vectorized_losses(values, upstreams, name, perturbations)
+            return one_at_a_time(lambda moved: self.loss(moved, upstreams), values)(name, perturbations)
+
+        return evaluate
+
+    def _leaf(self, name: str) -> Any:
+        return next((a for a in self.plan.leaves if a.name == name), None)
+
+    def _batch_rows(self, name: str) -> int:
+        leaf = self._leaf(name)
+        size = leaf.spec.size if leaf is not None and leaf.spec is not None else 1
+        outputs = sum(int(np.prod(s.shape, dtype=np.int64)) for s in self.output_specs or [])
+        return max(1, BATCH_FLOATS // max(1, size + outputs))
+
+    def _stacked_losses(
+        self, values: dict[str, Any], upstreams: list[np.ndarray], name: str, perturbations: Perturbations
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One forward call per batch, the perturbed copies stacked along a new leading axis."""
+        tf = _tf.tensorflow()
+        leaf = self._leaf(name)
+        tensors = self._apply(values)
+        base = np.asarray(values[name], dtype=np.float64)
+        upstream_list = [tf.constant(u, dtype=tf.float64) for u in upstreams]
+        totals: list[np.ndarray] = []
+        scales: list[np.ndarray] = []
+        rows = self._batch_rows(name)
+        for start in range(0, perturbations.count, rows):
+            stacked = perturbations.apply(base, start, start + rows)
+            tensors[name] = tf.constant(stacked, dtype=leaf.spec.dtype)
+            args, kwargs = self._arguments(tensors)
+            self.forward_evaluations += 1
+            outputs = self._float_outputs(self.target.native(args, kwargs))
+            total, scale = _stacked_loss(outputs, upstream_list, len(stacked))
+            totals.append(total)
+            scales.append(scale)
+        return np.concatenate(totals), np.concatenate(scales)
+
+    def _vectorized_losses(
+        self, values: dict[str, Any], upstreams: list[np.ndarray], name: str, perturbations: Perturbations
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``tf.vectorized_map`` over the perturbed copies, batches padded to one size (one trace)."""
+        tf = _tf.tensorflow()
+        rows = min(self._batch_rows(name), 256)
+        function, names = self._vectorized.get(name) or self._vectorized_function(name)
+        leaf = self._leaf(name)
+        tensors = self._apply(values)
+        base = np.asarray(values[name], dtype=np.float64)
+        upstream_list = self._upstream_tensors(upstreams)
+        totals: list[np.ndarray] = []
+        scales: list[np.ndarray] = []
+        for start in range(0, perturbations.count, rows):
+            stacked = perturbations.apply(base, start, start + rows)
+            count = len(stacked)
+            if count < rows:
+                stacked = np.concatenate([stacked, np.repeat(base[None], rows - count, axis=0)])
+            result = function(tf.constant(stacked, dtype=leaf.spec.dtype), [tensors[n] for n in names], upstream_list)
+            result = result.numpy()
+            totals.append(result[:count, 0])
+            scales.append(result[:count, 1])
+        return np.concatenate(totals), np.concatenate(scales)
+
+    def _vectorized_function(self, name: str) -> tuple[Any, list[str]]:
+        tf = _tf.tensorflow()
+        names = [a.name for a in self.plan.tensors if a.name != name]
+        constants = {a.name: a.value for a in self.plan.leaves if a.spec is None}
+
+        def body(stacked: Any, tensor_list: list[Any], upstream_list: list[Any]) -> Any:
+            base = dict(zip(names, tensor_list))
+            base.update(constants)
+
+            def one(moved: Any) -> Any:
+                tensors = dict(base)
+                tensors[name] = moved
+                self.forward_evaluations += 1
+                args, kwargs = self._arguments(tensors)
+                outputs = self._float_outputs(self.target.native(args, kwargs))
+                products = [tf.cast(o, tf.float64) * tf.cast(u, tf.float64) for o, u in zip(outputs, upstream_list)]
+                total = tf.add_n([tf.reduce_sum(p) for p in products])
+                scale = tf.add_n([tf.reduce_sum(tf.abs(p)) for p in products])
+                return tf.stack([total, scale])
+
+            return tf.vectorized_map(one, stacked)
+
+        # A partial (no __code__) gives each harness trace statistics of its own,
+        # so TensorFlow does not call one trace per checked function "retracing".
+        entry = (tf.function(functools.partial(body), autograph=False), names)
+        self._vectorized[name] = entry
+        return entry
+
+    def _batching_strategy(self, name: str, values: dict[str, Any], upstreams: list[np.ndarray]) -> str:
+        """How to evaluate many perturbations of ``name``: chosen once, by trying and checking."""
+        if name in self.batching:
+            return self.batching[name][0]
+        if self._leaf(name) is None:
+            self.batching[name] = ("loop", "a variable is one tensor that cannot be stacked")
+            return "loop"
+        base = np.asarray(values[name], dtype=np.float64)
+        rng = np.random.default_rng(0)
+        probes = Perturbations.from_dense(
+            1e-3 * rng.standard_normal(size=(3, *base.shape)) * np.maximum(1.0, np.abs(base))
+        )
+        expected_total, expected_scale = one_at_a_time(lambda moved: self.loss(moved, upstreams), values)(name, probes)
+        dtype = self._leaf(name).spec.dtype
+        tolerance = 1e3 * EPSILON.get(dtype, 1e-7) * (expected_scale + np.abs(expected_total)) + 1e-300
+        reasons = []
+        for strategy, evaluate in (("stack", self._stacked_losses), ("vectorized", self._vectorized_losses)):
+            try:
+                total, _ = evaluate(values, upstreams, name, probes)
+            except Exception as error:  # the function does not batch this way
+                if raised_by_gradcheck(error):
+                    raise
+                reasons.append(f"{strategy}: {type(error).__name__}")
+                continue
+            if total.shape == expected_total.shape and np.all(np.abs(total - expected_total) <= tolerance):
+                self.batching[name] = (strategy, "")
+                return strategy
+            reasons.append(f"{strategy}: results differ from one-at-a-time evaluation")
+        self.batching[name] = ("loop", "; ".join(reasons))
+        return "loop"
+
     def first_order_loss(
         self, values: dict[str, Any], upstreams: list[np.ndarray], weights: dict[str, np.ndarray]
     ) -> tuple[float, float]:
@@ -713,6 +855,37 @@ class Harness:
         return total, scale
 
 
+#: Stacks up to this many rows also get exact per-row rounding scales; larger ones (full
+#: mode's) take the scale from their center row, which a separate one-row call provides.
+_SCALED_ROWS = 16
+
+
+def _stacked_loss(outputs: list[Any], upstreams: list[Any], rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a stacked evaluation, the loss (and its rounding scale); raises if rows did not stay apart.
+
+    Reduced inside TensorFlow as one matrix-vector product per output, so
+    only a number or two per row come back.
+    """
+    tf = _tf.tensorflow()
+    total = tf.zeros([rows], dtype=tf.float64)
+    scale = tf.zeros([rows], dtype=tf.float64)
+    for output, upstream in zip(outputs, upstreams):
+        expected = (rows, *upstream.shape.as_list())
+        if tuple(output.shape.as_list()) != expected:
+            raise NotBatchable(f"stacked output has shape {tuple(output.shape.as_list())}, expected {expected}")
+        flat = tf.reshape(tf.cast(output, tf.float64), [rows, -1])
+        weights = tf.reshape(upstream, [-1])
+        total += tf.linalg.matvec(flat, weights)
+        if rows <= _SCALED_ROWS:
+            scale += tf.linalg.matvec(tf.abs(flat), tf.abs(weights))
+    scales = scale.numpy() if rows <= _SCALED_ROWS else np.full(rows, np.nan)
+    return total.numpy(), scales
+
+
+class NotBatchable(ValueError):
+    """The function does not keep a new leading axis apart."""
+
+
 def _default_variable_name(variable: Any) -> str:
     name = getattr(variable, "name", "variable")
     return name[:-2] if name.endswith(":0") else name
@@ -720,7 +893,86 @@ def _default_variable_name(variable: Any) -> str:
 
 # -- finite differences -----------------------------------------------------------
 
+
+class Perturbations:
+    """A stack of perturbations of one input: dense rows, or a few scaled elements per row.
+
+    Full mode perturbs one element (or a symmetric pair) per row; keeping
+    those rows sparse spares building, copying and adding a dense array the
+    size of the input for every element.
+    """
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dense: np.ndarray | None = None,
+        rows: np.ndarray | None = None,
+        elements: np.ndarray | None = None,
+        amounts: np.ndarray | None = None,
+        count: int = 0,
+    ) -> None:
+        self.shape = shape
+        self._dense = dense
+        self._rows = rows
+        self._elements = elements
+        self._amounts = amounts
+        self.count = len(dense) if dense is not None else count
+
+    @classmethod
+    def from_dense(cls, deltas: np.ndarray) -> Perturbations:
+        """Rows given as whole arrays, ``deltas[k]`` of the input's shape."""
+        return cls(tuple(deltas.shape[1:]), dense=np.asarray(deltas, dtype=np.float64))
+
+    @classmethod
+    def sparse(
+        cls, shape: tuple[int, ...], rows: np.ndarray, elements: np.ndarray, amounts: np.ndarray, count: int
+    ) -> Perturbations:
+        """Row ``rows[i]`` moves flat element ``elements[i]`` by ``amounts[i]``."""
+        return cls(shape, rows=rows, elements=elements, amounts=amounts, count=count)
+
+    def apply(self, base: np.ndarray, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """``base`` plus rows ``start:stop``, stacked along a new leading axis."""
+        stop = self.count if stop is None else min(stop, self.count)
+        if self._dense is not None:
+            return base[None] + self._dense[start:stop]
+        stacked = np.repeat(base.reshape(1, -1), stop - start, axis=0)
+        chosen = (self._rows >= start) & (self._rows < stop)  # type: ignore[operator]
+        np.add.at(stacked, (self._rows[chosen] - start, self._elements[chosen]), self._amounts[chosen])  # type: ignore[index]
+        return stacked.reshape((stop - start, *self.shape))
+
+    def row(self, index: int) -> np.ndarray:
+        """Row ``index`` as a whole array."""
+        if self._dense is not None:
+            return self._dense[index]
+        delta = np.zeros(int(np.prod(self.shape, dtype=np.int64)))
+        chosen = self._rows == index
+        np.add.at(delta, self._elements[chosen], self._amounts[chosen])  # type: ignore[index]
+        return delta.reshape(self.shape)
+
+
+#: ``loss(values)``: ``sum_i <upstream_i, output_i>`` and its rounding scale, at one point.
 Loss = Callable[[dict[str, Any]], tuple[float, float]]
+#: ``losses(name, perturbations)``: the loss and its rounding scale at ``values[name] + row``
+#: for every row of a stack of perturbations of one input, as two arrays.
+BatchedLoss = Callable[[str, Perturbations], tuple[np.ndarray, np.ndarray]]
+
+#: Floats in one stack of perturbed inputs (64 MB), so that full mode's batches fit in memory.
+BATCH_FLOATS = 8_000_000
+
+
+def one_at_a_time(loss: Loss, values: dict[str, Any]) -> BatchedLoss:
+    """A batched loss that evaluates each perturbation on its own (for losses that cannot batch)."""
+
+    def losses(name: str, perturbations: Perturbations) -> tuple[np.ndarray, np.ndarray]:
+        results = []
+        for index in range(perturbations.count):
+            moved = dict(values)
+            moved[name] = values[name] + perturbations.row(index)
+            results.append(loss(moved))
+        totals, scales = zip(*results) if results else ((), ())
+        return np.asarray(totals, dtype=np.float64), np.asarray(scales, dtype=np.float64)
+
+    return losses
 
 
 @dataclass(frozen=True)
@@ -730,21 +982,22 @@ class DirectionalEstimate:
     value: float
     """Richardson-extrapolated central difference."""
     error: float
-    """A bound on its own error: step-halving difference plus rounding."""
+    """A bound on its own error: step-halving difference, kink detector and rounding."""
     evaluations: int
-    """Forward evaluations it took."""
+    """Loss evaluations it took."""
 
 
-def _perturbed(values: dict[str, Any], name: str, delta: np.ndarray) -> dict[str, Any]:
-    moved = dict(values)
-    moved[name] = values[name] + delta
-    return moved
-
-
-def directional_derivative(
-    loss: Loss, values: dict[str, Any], name: str, direction: np.ndarray, step: float, dtype: str
-) -> DirectionalEstimate:
-    """Central differences along ``direction`` at steps ``h`` and ``2h``, Richardson-combined.
+def _combine(
+    center: np.ndarray,
+    scale: np.ndarray,
+    plus1: np.ndarray,
+    minus1: np.ndarray,
+    plus2: np.ndarray,
+    minus2: np.ndarray,
+    step: float,
+    dtype: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Richardson-combined central differences and their error bounds (element-wise over directions).
 
     The error bound has three parts: the difference between the two step
     sizes (truncation), ``eps * scale / h`` (rounding of the loss itself),
@@ -755,22 +1008,29 @@ def directional_derivative(
     step. ``2 * A(h) - A(2h)``, with ``A(h) = (L(h) - 2 L(0) + L(-h)) / h``,
     is O(h^3) for smooth functions and the size of the jump at a kink.
     """
-    center, scale = loss(values)
-    plus1, _ = loss(_perturbed(values, name, step * direction))
-    minus1, _ = loss(_perturbed(values, name, -step * direction))
-    plus2, _ = loss(_perturbed(values, name, 2 * step * direction))
-    minus2, _ = loss(_perturbed(values, name, -2 * step * direction))
-    near = (plus1 - minus1) / (2 * step)
-    far = (plus2 - minus2) / (4 * step)
-    estimate = near + (near - far) / 3.0
-    asymmetry_near = (plus1 - 2 * center + minus1) / step
-    asymmetry_far = (plus2 - 2 * center + minus2) / (2 * step)
-    kink = abs(2 * asymmetry_near - asymmetry_far)
-    rounding = 16.0 * EPSILON[dtype] * scale / step
-    error = abs(near - far) + kink + rounding
-    if not (math.isfinite(estimate) and math.isfinite(error)):
-        return DirectionalEstimate(float("nan"), float("inf"), 5)
-    return DirectionalEstimate(estimate, error, 5)
+    with np.errstate(invalid="ignore", over="ignore"):
+        near = (plus1 - minus1) / (2 * step)
+        far = (plus2 - minus2) / (4 * step)
+        estimate = near + (near - far) / 3.0
+        asymmetry_near = (plus1 - 2 * center + minus1) / step
+        asymmetry_far = (plus2 - 2 * center + minus2) / (2 * step)
+        kink = np.abs(2 * asymmetry_near - asymmetry_far)
+        rounding = 16.0 * EPSILON[dtype] * scale / step
+        error = np.abs(near - far) + kink + rounding
+    bad = ~(np.isfinite(estimate) & np.isfinite(error))
+    return np.where(bad, np.nan, estimate), np.where(bad, np.inf, error)
+
+
+def directional_derivative(
+    losses: BatchedLoss, name: str, direction: np.ndarray, step: float, dtype: str
+) -> DirectionalEstimate:
+    """Central differences along ``direction`` at steps ``h`` and ``2h``: one batch of five points."""
+    deltas = np.stack(
+        [np.zeros_like(direction), step * direction, -step * direction, 2 * step * direction, -2 * step * direction]
+    )
+    totals, scales = losses(name, Perturbations.from_dense(deltas))
+    estimate, error = _combine(totals[0], scales[0], *totals[1:], step, dtype)
+    return DirectionalEstimate(float(estimate), float(error), len(deltas))
 
 
 def element_directions(shape: tuple[int, ...], symmetric: bool) -> list[tuple[tuple[int, ...], ...]]:
@@ -795,35 +1055,88 @@ def element_directions(shape: tuple[int, ...], symmetric: bool) -> list[tuple[tu
 
 
 def finite_difference_gradient(
-    loss: Loss,
-    values: dict[str, Any],
+    losses: BatchedLoss,
+    base: np.ndarray,
     name: str,
     scale: np.ndarray,
     step: float,
     dtype: str,
     symmetric: bool,
+    accept: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """The whole gradient by central differences, with a per-element error bound.
 
-    For symmetric inputs each off-diagonal pair is perturbed by half a step
-    each, so the estimate is the symmetric part of the gradient.
+    Each element's perturbations go to ``losses`` as rows of sparse stacks,
+    so a loss that evaluates a stack in one call (see :meth:`Harness.losses`)
+    does the whole gradient in a few calls. With ``accept``, a first pass
+    takes one forward difference per element and only the elements
+    ``accept(estimate, error)`` rejects get central differences at two steps,
+    Richardson extrapolation and the kink detector; without it every element
+    does. For symmetric inputs each off-diagonal pair is perturbed by half a
+    step each, so the estimate is the symmetric part of the gradient.
     """
-    base = np.asarray(values[name], dtype=np.float64)
-    gradient = np.zeros(base.shape)
-    error = np.zeros(base.shape)
-    evaluations = 0
-    for group in element_directions(base.shape, symmetric):
-        direction = np.zeros(base.shape)
-        weight = 0.5 if len(group) == 2 else 1.0
-        for index in group:
-            direction[index] = weight * scale[index]
-        estimate = directional_derivative(loss, values, name, direction, step, dtype)
-        evaluations += estimate.evaluations
-        # d/dt L(x + t * direction) = sum_g weight * scale * grad[g]; for a symmetric
-        # pair both gradient entries share the value, so divide by the scale once.
-        value = estimate.value / scale[group[0]]
-        bound = estimate.error / scale[group[0]]
-        for index in group:
-            gradient[index] = value
-            error[index] = bound
+    base = np.asarray(base, dtype=np.float64)
+    gradient = np.full(base.shape, np.nan)
+    error = np.full(base.shape, np.inf)
+    groups = element_directions(base.shape, symmetric)
+    center, center_scale = losses(name, Perturbations.from_dense(np.zeros((1, *base.shape))))
+    evaluations = 1
+    flat_scale = scale.reshape(-1)
+    strides = np.array([int(np.prod(base.shape[i + 1 :], dtype=np.int64)) for i in range(base.ndim)], dtype=np.int64)
+
+    def flat(index: tuple[int, ...]) -> int:
+        return int(np.dot(index, strides)) if index else 0
+
+    members = [[flat(index) for index in group] for group in groups]
+    weights = [0.5 if len(group) == 2 else 1.0 for group in groups]
+
+    def evaluate(chosen: list[int], offsets: tuple[float, ...]) -> list[np.ndarray]:
+        """Losses at every offset (in units of the element's scale) along each chosen group's direction."""
+        rows, elements, amounts = [], [], []
+        for block, offset in enumerate(offsets):
+            for position, group in enumerate(chosen):
+                for element in members[group]:
+                    rows.append(block * len(chosen) + position)
+                    elements.append(element)
+                    amounts.append(offset * weights[group] * flat_scale[element])
+        stack = Perturbations.sparse(
+            base.shape, np.asarray(rows), np.asarray(elements), np.asarray(amounts), len(offsets) * len(chosen)
+        )
+        totals, _ = losses(name, stack)
+        return [totals[i * len(chosen) : (i + 1) * len(chosen)] for i in range(len(offsets))]
+
+    def store(chosen: list[int], estimate: np.ndarray, bound: np.ndarray) -> None:
+        for position, group in enumerate(chosen):
+            # d/dt L(x + t * direction) = sum_g weight * scale * grad[g]; for a symmetric
+            # pair both gradient entries share the value, so divide by the scale once.
+            divisor = flat_scale[members[group][0]]
+            for index in groups[group]:
+                gradient[index] = estimate[position] / divisor
+                error[index] = bound[position] / divisor
+
+    per_batch = max(1, BATCH_FLOATS // (4 * max(base.size, 1)))
+    everything = list(range(len(groups)))
+    if accept is None:
+        refine = everything
+    else:
+        # First pass: one forward difference per element at the step that balances its
+        # O(h) truncation against rounding (sqrt of machine epsilon). It confirms a right
+        # gradient at half the cost of central differences; anything it cannot confirm
+        # gets the careful second pass.
+        quick = math.sqrt(EPSILON[dtype])
+        rounding = 4.0 * EPSILON[dtype] * center_scale[0] / quick
+        for start in range(0, len(everything), per_batch):
+            chosen = everything[start : start + per_batch]
+            (moved,) = evaluate(chosen, (quick,))
+            evaluations += len(chosen)
+            with np.errstate(invalid="ignore", over="ignore"):
+                store(chosen, (moved - center[0]) / quick, np.full(len(chosen), rounding))
+        accepted = np.asarray(accept(gradient, error), dtype=bool).reshape(-1)
+        refine = [g for g in everything if not accepted[members[g][0]]]
+    for start in range(0, len(refine), per_batch):
+        chosen = refine[start : start + per_batch]
+        plus1, minus1, plus2, minus2 = evaluate(chosen, (step, -step, 2 * step, -2 * step))
+        evaluations += 4 * len(chosen)
+        estimate, bound = _combine(center[0], center_scale[0], plus1, minus1, plus2, minus2, step, dtype)
+        store(chosen, estimate, bound)
     return gradient, error, evaluations

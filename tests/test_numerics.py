@@ -14,6 +14,7 @@ from gradcheck.numerics import (
     directional_derivative,
     element_directions,
     finite_difference_gradient,
+    one_at_a_time,
 )
 
 tf = pytest.importorskip("tensorflow")
@@ -43,7 +44,8 @@ def test_step_is_cbrt_of_machine_epsilon() -> None:
 def test_directional_derivative_of_a_cubic_is_accurate() -> None:
     x = np.array([0.3, -1.2, 2.0])
     direction = np.array([1.0, 0.5, -2.0])
-    estimate = directional_derivative(_loss(lambda v: v**3), {"x": x}, "x", direction, 1e-3, "float64")
+    losses = one_at_a_time(_loss(lambda v: v**3), {"x": x})
+    estimate = directional_derivative(losses, "x", direction, 1e-3, "float64")
     assert estimate.value == pytest.approx(float(np.sum(3 * x**2 * direction)), rel=1e-9)
     assert estimate.error < 1e-4
 
@@ -52,13 +54,10 @@ def test_relative_step_handles_large_inputs() -> None:
     """A fixed absolute step drowns in rounding at |x| ~ 1e5; scaling it by |x| does not."""
     x = np.array([3.0e4, 7.0e4, 1.0e5])
     scale = np.maximum(1.0, np.abs(x))
-    gradient, _, _ = finite_difference_gradient(
-        _loss(lambda v: v**3), {"x": x}, "x", scale, default_step("float64"), "float64", symmetric=False
-    )
+    losses = one_at_a_time(_loss(lambda v: v**3), {"x": x})
+    gradient, _, _ = finite_difference_gradient(losses, x, "x", scale, default_step("float64"), "float64", False)
     assert np.allclose(gradient, 3 * x**2, rtol=1e-7)
-    fixed, _, _ = finite_difference_gradient(
-        _loss(lambda v: v**3), {"x": x}, "x", np.ones(3), 1e-9, "float64", symmetric=False
-    )
+    fixed, _, _ = finite_difference_gradient(losses, x, "x", np.ones(3), 1e-9, "float64", False)
     assert not np.allclose(fixed, 3 * x**2, rtol=1e-5)
 
 
@@ -69,9 +68,8 @@ def test_symmetric_inputs_are_perturbed_in_pairs() -> None:
     # A function of the lower triangle only: the symmetric estimate is the symmetric part.
     x = np.array([[2.0, 0.3, 0.1], [0.3, 3.0, 0.2], [0.1, 0.2, 4.0]])
     weights = np.tril(np.arange(1.0, 10.0).reshape(3, 3))
-    gradient, _, _ = finite_difference_gradient(
-        _loss(lambda v: np.sum(weights * v, keepdims=True)), {"x": x}, "x", np.ones((3, 3)), 1e-4, "float64", True
-    )
+    losses = one_at_a_time(_loss(lambda v: np.sum(weights * v, keepdims=True)), {"x": x})
+    gradient, _, _ = finite_difference_gradient(losses, x, "x", np.ones((3, 3)), 1e-4, "float64", True)
     assert np.allclose(gradient, 0.5 * (weights + weights.T))
 
 
@@ -133,7 +131,7 @@ def test_projection_of_custom_gradient_matches_finite_differences() -> None:
     harness.outputs({"x": x})
     custom = harness.custom({"x": x}, upstream, "eager").grads["x"]
     direction = np.random.default_rng(0).standard_normal(5)
-    estimate = directional_derivative(lambda v: harness.loss(v, upstream), {"x": x}, "x", direction, 6e-6, "float64")
+    estimate = directional_derivative(harness.losses({"x": x}, upstream), "x", direction, 6e-6, "float64")
     verdict = compare.compare_projection(
         custom, direction, estimate.value, estimate.error, compare.tolerance("float64", "numeric")
     )
