@@ -75,7 +75,7 @@ MAX_DRAWS = 3
 LOCALISE_MAX_ELEMENTS = 4096
 #: Beyond this many Jacobian entries (input elements x output elements), full mode checks
 #: that input with random projections instead. Full mode never holds a Jacobian (its
-#: batches of perturbed inputs stay under 64 MB), so the bound is on time: each input
+#: batches of perturbed inputs stay under 16 MB), so the bound is on time: each input
 #: element costs a few forward passes over every output.
 JACOBIAN_MAX_ENTRIES = 10**9
 #: Exceptions that mean "these shapes do not fit" while probing.
@@ -1134,6 +1134,12 @@ class _Check:
             gradient, error, _ = finite_difference_gradient(
                 losses, base, name, scale, step, reference_dtype, source.symmetric, accept=acceptable
             )
+            strategy, why = self.reference.batching.get(name, ("", "")) if self.reference else ("", "")
+            if strategy == "loop":
+                notes.append(
+                    f"finite differences of {name} were evaluated one perturbation at a time: "
+                    f"the function cannot be batched ({why})"
+                )
             return gradient, error
 
         full = settings.mode == "full"
