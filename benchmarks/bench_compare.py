@@ -25,12 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import gradcheck  # noqa: E402
-from gradcheck import _tf  # noqa: E402
+import gradcheck
+from gradcheck import _tf
 
 tf = _tf.tensorflow()
 
