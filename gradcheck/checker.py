@@ -112,6 +112,29 @@ def describe_exception(error: BaseException, path: str | None) -> str:
     return f"{where}: {text}" if where else text
 
 
+def user_traceback(error: BaseException, path: str | None) -> str:
+    """The formatted traceback of ``error``, from the first frame in the user's file on.
+
+    gradcheck's harness and TensorFlow's dispatch frames above the user's
+    code say nothing to the user, as pytest hides its own frames; where no
+    frame is in the user's file the whole traceback is kept.
+    """
+    tb = error.__traceback__
+    if path is not None:
+        wanted = Path(path).resolve()
+        current = tb
+        while current is not None:
+            try:
+                same = Path(current.tb_frame.f_code.co_filename).resolve() == wanted
+            except OSError:  # pragma: no cover - unreadable frame paths
+                same = False
+            if same:
+                tb = current
+                break
+            current = current.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))
+
+
 def _fmt_shape(shape: tuple[int | None, ...] | None) -> str:
     if shape is None:
         return "unknown"
@@ -146,6 +169,7 @@ class _Check:
         self.harness: Harness | None = None
         self.backward_line: int | None = None
         self.skip_reason: str | None = None
+        self.probe_failure: str | None = None
         self._draws: dict[int, tuple[dict[str, Any], list[np.ndarray]]] = {}
 
     # -- set-up ----------------------------------------------------------------
@@ -215,6 +239,7 @@ class _Check:
         table = "layers" if self.subject.kind == "layer" else "functions"
         name = self.subject.name if "." not in self.subject.name else f'"{self.subject.name}"'
         why = f" (last try: {describe_exception(last_error, self.subject.path)})" if last_error else ""
+        self.probe_failure = f"no guessed shapes worked{why}"
         self.skip_reason = (
             f"no shapes configured for {', '.join(plan.unknown)} and no guessed shapes worked{why}; "
             f"add to {self.request.config_label}: [{table}.{name}] inputs = {{ {example} }}"
@@ -234,26 +259,33 @@ class _Check:
 
     # -- the run ---------------------------------------------------------------
 
+    def plan_for(self, forward: Any) -> CallPlan:
+        """The call plan from the config; unconfigured required inputs stay ``unknown``."""
+        return plan_call(
+            inspect.signature(forward),
+            self.request.config,
+            self.request.dims,
+            self.settings.dtype,
+            self.request.config_label,
+            f"{'layers' if self.subject.kind == 'layer' else 'functions'}.{self.subject.name}",
+            self.request.shape_overrides,
+        )
+
     def run(self) -> str:
         """Check the function; return its status."""
         try:
             forward = self.forward_callable()
-            plan = plan_call(
-                inspect.signature(forward),
-                self.request.config,
-                self.request.dims,
-                self.settings.dtype,
-                self.request.config_label,
-                f"{'layers' if self.subject.kind == 'layer' else 'functions'}.{self.subject.name}",
-                self.request.shape_overrides,
-            )
+            plan = self.plan_for(forward)
             if plan.unknown:
                 probed = self.probe(plan, forward)
                 if probed is None:
                     return "skipped"
                 plan = probed
         except UserCodeError as error:
-            self.problems.append(Problem("exception", None, str(error)))
+            cause = error.__cause__ or error
+            self.problems.append(
+                Problem("exception", None, str(error), traceback=user_traceback(cause, self.subject.path))
+            )
             return "error"
         self.plan = plan
         self.harness = Harness(forward, plan)
@@ -261,7 +293,12 @@ class _Check:
             values, upstreams = self.draw(0)
         except Exception as error:  # the forward pass raised
             self.problems.append(
-                Problem("exception", None, f"forward pass raised: {describe_exception(error, self.subject.path)}")
+                Problem(
+                    "exception",
+                    None,
+                    f"forward pass raised: {describe_exception(error, self.subject.path)}",
+                    traceback=user_traceback(error, self.subject.path),
+                )
             )
             return "error"
         outputs = self.harness.outputs(values)
@@ -318,9 +355,23 @@ class _Check:
         if record.malformed and record.phase in ("forward-done",) and record.returned is None:
             return [Problem("exception", None, record.malformed)]
         if error is not None and record.phase in ("start", "forward"):
-            return [Problem("exception", None, f"forward pass raised: {describe_exception(error, path)}")]
+            return [
+                Problem(
+                    "exception",
+                    None,
+                    f"forward pass raised: {describe_exception(error, path)}",
+                    traceback=user_traceback(error, path),
+                )
+            ]
         if error is not None and record.phase == "backward":
-            return [Problem("exception", None, f"backward function raised: {describe_exception(error, path)}")]
+            return [
+                Problem(
+                    "exception",
+                    None,
+                    f"backward function raised: {describe_exception(error, path)}",
+                    traceback=user_traceback(error, path),
+                )
+            ]
         if error is not None and "must accept keyword argument 'variables'" in str(error):
             return [
                 Problem(
@@ -343,6 +394,7 @@ class _Check:
                     "exception",
                     None,
                     f"TensorFlow raised after the backward function returned: {describe_exception(error, path)}",
+                    traceback=user_traceback(error, path),
                 )
             )
         if outcome.ok and record.calls == 0:
@@ -509,6 +561,7 @@ class _Check:
             f"works {other} but raises {where}: {message}",
             execution=execution,
             hint=hint,
+            traceback=problem.traceback,
         )
 
     def compare_executions(self, first: Outcome, second: Outcome) -> list[Problem]:
@@ -981,6 +1034,37 @@ def input_records(plan: CallPlan | None) -> tuple[InputRecord, ...]:
         else:
             records.append(InputRecord(name=argument.name, shape=None, dtype="unknown", role=argument.role))
     return tuple(records)
+
+
+@dataclass(frozen=True)
+class ShapeGuess:
+    """What probing found for one function's inputs (``gradcheck init``)."""
+
+    plan: CallPlan | None
+    """The call plan with configured and guessed shapes (guessed arguments say so); None where probing failed."""
+    failure: str | None = None
+    """Why no shapes could be found (forward pass raising, no candidate accepted)."""
+
+
+def guess_shapes(request: CheckRequest) -> ShapeGuess:
+    """Probe small candidate shapes for the inputs the config leaves open, as a check would.
+
+    The same prober as :func:`check_subject` uses, so the shapes ``gradcheck
+    init`` writes are the ones a run would have guessed.
+    """
+    check = _Check(request)
+    with _tf.quiet_logs():
+        try:
+            forward = check.forward_callable()
+            plan = check.plan_for(forward)
+            if not plan.unknown:
+                return ShapeGuess(plan=plan)
+            probed = check.probe(plan, forward)
+        except UserCodeError as error:
+            return ShapeGuess(plan=None, failure=str(error))
+    if probed is None:
+        return ShapeGuess(plan=None, failure=check.probe_failure or check.skip_reason)
+    return ShapeGuess(plan=probed)
 
 
 def check_subject(request: CheckRequest) -> Result:
