@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# pytest's own fixture for running pytest in a test: the plugin's tests use it.
+pytest_plugins = ["pytester"]
+
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
