@@ -59,7 +59,12 @@ def summary_line(report: RunReport) -> str:
     ``2 failed in 0.40s (stopped after 2 failures: 3 not checked)``.
     """
     counts = report.summary
-    parts = [f"{counts[status]} {status}" for status in ("passed", "failed", "error", "skipped") if counts[status]]
+    # As pytest: "2 errors", but "2 passed", "2 failed", "2 skipped".
+    parts = [
+        f"{counts[status]} {status}{'s' if status == 'error' and counts[status] != 1 else ''}"
+        for status in ("passed", "failed", "error", "skipped")
+        if counts[status]
+    ]
     if not parts:
         parts = ["nothing checked"]
     line = ", ".join(parts) + f" in {report.seconds:.2f}s"
