@@ -15,6 +15,7 @@ every text and attribute is escaped by the library.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 
 from gradcheck.reporting import RenderOptions
 from gradcheck.reporting.heatmap import REFERENCE_NAMES, Grid, layout, pictured_problems
@@ -96,7 +97,14 @@ def _cell_index(grid: Grid, row: int, column: int) -> str:
 
 
 def _panel(
-    svg: ET.Element, grid: Grid, name: str, title: str, values: list[list[float]], colour: object, x: int, cell: int
+    svg: ET.Element,
+    grid: Grid,
+    name: str,
+    title: str,
+    values: list[list[float]],
+    colour: Callable[[float], str],
+    x: int,
+    cell: int,
 ) -> None:
     group = _element(svg, "g", class_="panel", data_panel=name, transform=f"translate({x},0)")
     _element(group, "text", title, x="0", y="12")
@@ -110,7 +118,7 @@ def _panel(
                 y=str(_TITLE + r * cell),
                 width=str(cell),
                 height=str(cell),
-                fill=colour(value),  # type: ignore[operator]
+                fill=colour(value),
                 data_value=repr(value),
             )
             _element(rect, "title", f"{_cell_index(grid, r, c)}: {value:.6g}")
@@ -175,8 +183,13 @@ def heat_map_figure(parent: ET.Element, problem: Problem, shape: tuple[int, ...]
         role="img",
     )
     _element(svg, "title", caption)
-    shared = lambda value: diverging_colour(value, magnitude)  # noqa: E731
-    own = lambda value: sequential_colour(value, largest)  # noqa: E731
+
+    def shared(value: float) -> str:
+        return diverging_colour(value, magnitude)
+
+    def own(value: float) -> str:
+        return sequential_colour(value, largest)
+
     _panel(svg, grid, "custom", "custom gradient", grid.custom, shared, 0, cell)
     _panel(svg, grid, "reference", reference, grid.reference, shared, width + _GAP, cell)
     _panel(svg, grid, "difference", "|custom - reference|", grid.difference, own, 2 * (width + _GAP), cell)
