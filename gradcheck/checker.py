@@ -158,6 +158,29 @@ def describe_exception(error: BaseException, path: str | None) -> str:
     return f"{where}: {text}" if where else text
 
 
+def user_traceback(error: BaseException, path: str | None) -> str:
+    """The formatted traceback of ``error``, from the first frame in the user's file on.
+
+    gradcheck's harness and TensorFlow's dispatch frames above the user's
+    code say nothing to the user, as pytest hides its own frames; where no
+    frame is in the user's file the whole traceback is kept.
+    """
+    tb = error.__traceback__
+    if path is not None:
+        wanted = Path(path).resolve()
+        current = tb
+        while current is not None:
+            try:
+                same = Path(current.tb_frame.f_code.co_filename).resolve() == wanted
+            except OSError:  # pragma: no cover - unreadable frame paths
+                same = False
+            if same:
+                tb = current
+                break
+            current = current.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))
+
+
 def _fmt_shape(shape: tuple[int | None, ...] | None) -> str:
     if shape is None:
         return "unknown"
@@ -227,6 +250,7 @@ class _Check:
         self.skip_reason: str | None = None
         self.built: _Built | None = None
         self.fresh_layer = False
+        self.probe_failure: str | None = None
         self._draws: dict[int, tuple[dict[str, Any], list[np.ndarray]]] = {}
 
     # -- targets ---------------------------------------------------------------
@@ -433,6 +457,7 @@ class _Check:
             raise _NeedsFloat32(errors[-1])
         example = ", ".join(f"{name} = [4, 5]" for name in plan.unknown)
         why = f" (last try: {describe_exception(last_error, self.subject.path)})" if last_error else ""
+        self.probe_failure = f"no guessed shapes worked{why}"
         self.skip_reason = (
             f"no shapes configured for {', '.join(plan.unknown)} and no guessed shapes worked{why}; "
             f"add to {self.request.config_label}: {self._table_key} inputs = {{ {example} }}"
@@ -462,7 +487,10 @@ class _Check:
             self.skip_reason = str(missing)
             return "skipped"
         except UserCodeError as error:
-            self.problems.append(Problem("exception", None, str(error)))
+            cause = error.__cause__ or error
+            self.problems.append(
+                Problem("exception", None, str(error), traceback=user_traceback(cause, self.subject.path))
+            )
             return "error"
         finally:
             for harness in (self.harness, self.reference):
@@ -496,7 +524,12 @@ class _Check:
             if dtype == "float64" and _dtype_clash(error):
                 return self._rerun_in_float32(error)
             self.problems.append(
-                Problem("exception", None, f"forward pass raised: {describe_exception(error, self.subject.path)}")
+                Problem(
+                    "exception",
+                    None,
+                    f"forward pass raised: {describe_exception(error, self.subject.path)}",
+                    traceback=user_traceback(error, self.subject.path),
+                )
             )
             return "error"
         if built.layer is not None and self.fresh_layer:
@@ -668,7 +701,14 @@ class _Check:
                 "forward-done": "TensorFlow raised after the forward pass",
                 "backward": "backward function raised",
             }[phase]
-            return [Problem("exception", None, f"{where}: {describe_exception(error, path)}")]
+            return [
+                Problem(
+                    "exception",
+                    None,
+                    f"{where}: {describe_exception(error, path)}",
+                    traceback=user_traceback(error, path),
+                )
+            ]
         for record in records:
             if record.returned is not None:
                 problems.extend(self._audit_returned(record))
@@ -681,6 +721,7 @@ class _Check:
                     "exception",
                     None,
                     f"TensorFlow raised after the backward function returned: {describe_exception(error, path)}",
+                    traceback=user_traceback(error, path),
                 )
             )
         keyword_inputs = any(a.keyword for a in self.plan.differentiable) if self.plan else False
@@ -966,6 +1007,7 @@ class _Check:
             f"works {other} but raises {where}: {message}",
             execution=execution,
             hint=hint,
+            traceback=problem.traceback,
         )
 
     def compare_executions(self, first: Outcome, second: Outcome) -> list[Problem]:
@@ -1614,6 +1656,43 @@ def _fed_dtype(check: _Check) -> str:
         if len(dtypes) == 1:
             return dtypes.pop()
     return check.dtype
+
+
+@dataclass(frozen=True)
+class ShapeGuess:
+    """What probing found for one function's inputs (``gradcheck init``)."""
+
+    plan: CallPlan | None
+    """The call plan with configured and guessed shapes (guessed arguments say so); None where probing failed."""
+    failure: str | None = None
+    """Why no shapes could be found (forward pass raising, no candidate accepted)."""
+
+
+def guess_shapes(request: CheckRequest) -> ShapeGuess:
+    """Probe small candidate shapes for the inputs the config leaves open, as a check would.
+
+    The same prober as :func:`check_subject` uses, so the shapes ``gradcheck
+    init`` writes are the ones a run would have guessed.
+    """
+    check = _Check(request)
+    with _tf.quiet_logs():
+        try:
+            built = check.build(request.settings.dtype)
+            if not built.plan.unknown:
+                return ShapeGuess(plan=built.plan)
+            probed = check.probe(built.plan, built)
+        except (UserCodeError, _NeedsConfig) as error:
+            return ShapeGuess(plan=None, failure=str(error))
+        except _NeedsFloat32:
+            check.dtype = "float32"
+            try:
+                built = check.build("float32")
+                probed = check.probe(built.plan, built)
+            except (UserCodeError, _NeedsConfig, _NeedsFloat32) as error:
+                return ShapeGuess(plan=None, failure=str(error))
+    if probed is None:
+        return ShapeGuess(plan=None, failure=check.probe_failure or check.skip_reason)
+    return ShapeGuess(plan=probed)
 
 
 def check_subject(request: CheckRequest) -> Result:

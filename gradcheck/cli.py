@@ -129,7 +129,9 @@ def main() -> None:
     """Check the gradients written by hand with @tf.custom_gradient."""
 
 
-_target_argument = click.argument("targets", nargs=-1, required=True, metavar="TARGET...")
+# click.Path (not checked for existence: a TARGET may be a module name or carry ::NAME)
+# gives shell completion of file names.
+_target_argument = click.argument("targets", nargs=-1, required=True, metavar="TARGET...", type=click.Path())
 
 
 def _common_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -167,7 +169,127 @@ def _run_options(
     )
 
 
-@main.command()
+#: Where the parser's record of the order of --format and -o goes (see _ReportPairsCommand).
+_ORDER_KEY = "gradcheck.report_option_order"
+_COLORS = ("auto", "always", "never")
+
+
+class _ReportPairsCommand(click.Command):
+    """A command that remembers in which order ``--format`` and ``-o`` were written.
+
+    Click hands each repeated option over as one tuple, which loses how the
+    two interleave; the parser's own record of the order (``param_order``)
+    keeps it, and :func:`pair_reports` needs it to pair each ``-o`` with its
+    ``--format``.
+    """
+
+    def make_parser(self, ctx: click.Context) -> Any:
+        parser = super().make_parser(ctx)
+        parse = parser.parse_args
+
+        def parse_recording_order(args: list[str]) -> Any:
+            opts, largs, order = parse(args=args)
+            ctx.meta[_ORDER_KEY] = [param.name for param in order if param.name in ("format_", "output")]
+            return opts, largs, order
+
+        parser.parse_args = parse_recording_order
+        return parser
+
+
+def pair_reports(
+    order: list[str], formats: tuple[str, ...], outputs: tuple[Path, ...]
+) -> list[tuple[str | None, Path | None]]:
+    """Pair each ``-o FILE`` with the ``--format`` written just before it.
+
+    ``order`` lists ``format_`` and ``output`` as they came on the command
+    line. A ``-o`` written before any ``--format`` belongs to the first one
+    (so ``-o r.json --format json`` works as well); a ``--format`` with no
+    ``-o`` writes to standard output. With no ``--format`` at all, a single
+    ``-o`` gets the config's format (else text).
+    """
+    if sorted(order) != sorted(["format_"] * len(formats) + ["output"] * len(outputs)):
+        # The parser gave no usable order (it cannot, unless click changes): pair by position.
+        order = [name for pair in zip(["format_"] * len(formats), ["output"] * len(outputs)) for name in pair]
+        order += ["format_"] * (len(formats) - len(outputs)) + ["output"] * (len(outputs) - len(formats))
+    pairs: list[list[Any]] = []
+    early: list[Path] = []
+    format_values, output_values = iter(formats), iter(outputs)
+    for name in order:
+        if name == "format_":
+            pairs.append([next(format_values), None])
+            continue
+        path = next(output_values)
+        if not pairs:
+            early.append(path)
+        elif pairs[-1][1] is None:
+            pairs[-1][1] = path
+        else:
+            raise UsageError(
+                f"-o {path}: --format {pairs[-1][0]} already writes to {pairs[-1][1]}; write one -o after each --format"
+            )
+    if early:
+        if len(early) > 1 or (pairs and pairs[0][1] is not None):
+            raise UsageError(f"-o {early[-1]}: write one -o after each --format (--format junit -o report.xml)")
+        if pairs:
+            pairs[0][1] = early[0]
+        else:
+            pairs.append([None, early[0]])
+    return [(format_, output) for format_, output in pairs]
+
+
+def _resolve_reports(
+    pairs: list[tuple[str | None, Path | None]], configured: dict[str, Any]
+) -> list[tuple[str, Path | None]]:
+    """Fill in the config's ``format``/``output`` for a run that names one report or none; check the set."""
+    if not pairs:
+        pairs = [(None, None)]
+    if len(pairs) == 1:
+        format_, output = pairs[0]
+        config_output = Path(configured["output"]) if "output" in configured else None
+        pairs = [(format_ or configured.get("format"), output or config_output)]
+    reports = [(format_ or "text", output) for format_, output in pairs]
+    to_stdout = [format_ for format_, output in reports if output is None]
+    if len(to_stdout) > 1:
+        raise UsageError(
+            f"--format {' and '.join(to_stdout)}: only one report can go to standard output; give the others -o FILE"
+        )
+    paths = [output.resolve() for _, output in reports if output is not None]
+    if len(set(paths)) != len(paths):
+        raise UsageError("-o: two reports would be written to the same file; give each its own -o FILE")
+    return reports
+
+
+def _split_fail_on(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...] | None:
+    """``--fail-on error --fail-on failed`` and ``--fail-on error,failed`` alike."""
+    from gradcheck.config import closest
+    from gradcheck.results import FAIL_ON_STATUSES
+
+    statuses: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            status = part.strip()
+            if status not in FAIL_ON_STATUSES:
+                raise click.BadParameter(
+                    f"'{status}' is not one of {', '.join(FAIL_ON_STATUSES)}{closest(status, FAIL_ON_STATUSES)}"
+                )
+            if status not in statuses:
+                statuses.append(status)
+    return tuple(statuses) or None
+
+
+def _console(color: str, stderr: bool = False) -> Any:
+    """A rich console for the terminal that honours ``--color`` (and, with ``auto``, ``NO_COLOR``)."""
+    from rich.console import Console
+
+    if color == "always":
+        # An explicit command-line choice wins over NO_COLOR, as no-color.org asks.
+        return Console(stderr=stderr, force_terminal=True, no_color=False, highlight=False)
+    if color == "never":
+        return Console(stderr=stderr, color_system=None, no_color=True, highlight=False)
+    return Console(stderr=stderr, highlight=False)
+
+
+@main.command(cls=_ReportPairsCommand)
 @_target_argument
 @_common_options
 @click.option("--shape-only", is_flag=True, default=None, help="Audit counts, shapes and dtypes only.")
@@ -179,9 +301,36 @@ def _run_options(
 @click.option("--eps", type=float, callback=_positive, help="Relative finite-difference step.")
 @click.option("--execution", type=click.Choice(EXECUTIONS), help="Run eagerly, in tf.function, or both.")
 @click.option("--order", type=click.IntRange(1, 2), help="2: also check the gradient of each custom gradient.")
-@click.option("--format", "format_", type=click.Choice(FORMATS), help="Report format.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report there.")
+@click.option(
+    "--format",
+    "format_",
+    type=click.Choice(FORMATS),
+    multiple=True,
+    help="Report format; repeat for several reports, each followed by its own -o.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    multiple=True,
+    help="Write the --format before it to FILE (atomically).",
+)
 @click.option("--strict", is_flag=True, default=None, help="A skipped function counts as a failure.")
+@click.option(
+    "--fail-on",
+    multiple=True,
+    callback=_split_fail_on,
+    metavar="STATUS[,STATUS]",
+    help="Statuses that fail the run: failed, error, skipped (default: failed,error).",
+)
+@click.option("--maxfail", type=click.IntRange(min=1), metavar="N", help="Stop after N failures.")
+@click.option(
+    "--color",
+    type=click.Choice(_COLORS),
+    default="auto",
+    show_default=True,
+    help="Colour in the terminal; auto honours NO_COLOR.",
+)
 @click.option("-q", "--quiet", count=True, help="Only failures and the summary line.")
 @_guarded
 def run(
@@ -200,12 +349,17 @@ def run(
     eps: float | None,
     execution: str | None,
     order: int | None,
-    format_: str | None,
-    output: Path | None,
+    format_: tuple[str, ...],
+    output: tuple[Path, ...],
     strict: bool | None,
+    fail_on: tuple[str, ...] | None,
+    maxfail: int | None,
+    color: str,
     quiet: int,
 ) -> int:
     """Check the gradients of every custom-gradient function in TARGET."""
+    from dataclasses import replace
+
     from gradcheck import _tf, session
 
     _tf.set_verbose(verbose > 0)
@@ -222,35 +376,73 @@ def run(
         "strict": strict,
     }
     options = _run_options(targets, config, shapes, dims, keyword, overrides)
-    report_settings = session.report_settings(options)
-    format_ = format_ or report_settings.get("format", "text")
-    output = output or (Path(report_settings["output"]) if "output" in report_settings else None)
-    if output is not None:
-        session.refuse_user_file(output, options)
-    report = session.run(options)
-    verbosity = verbose - quiet
-    _emit(report, format_, output, verbosity)
+    configured = session.report_settings(options)
+    order = click.get_current_context().meta.get(_ORDER_KEY, [])
+    reports = _resolve_reports(pair_reports(order, format_, output), configured)
+    for _, path in reports:
+        if path is not None:
+            session.refuse_user_file(path, options)
+    options = replace(
+        options,
+        fail_on=fail_on or configured.get("fail_on"),
+        maxfail=maxfail if maxfail is not None else configured.get("maxfail"),
+    )
+    report = _run_with_progress(options, color)
+    _emit(report, reports, verbose - quiet, color)
     return report.exit_code
 
 
-def _emit(report: Any, format_: str, output: Path | None, verbosity: int) -> None:
-    from rich.console import Console
+def _run_with_progress(options: Any, color: str) -> Any:
+    """``session.run``, with a progress bar on standard error when that is a terminal."""
+    from gradcheck import progress, session
 
-    from gradcheck.reporting.json_report import render_json
-    from gradcheck.reporting.text import render_text, render_text_string, summary_line
+    if not progress.wanted(sys.stderr, os.environ):
+        return session.run(options)
+    with progress.ProgressBar(_console(color, stderr=True)) as bar:
+        return session.run(options, on_result=bar.on_result, on_start=bar.on_start)
 
-    if format_ == "json":
-        document = render_json(report)
+
+def _emit(report: Any, reports: list[tuple[str, Path | None]], verbosity: int, color: str) -> None:
+    """Render every report first, then write the files, standard output and the GitHub job summary.
+
+    Rendering everything before writing anything means a reporter that fails
+    leaves every earlier report file as it was.
+    """
+    from gradcheck.reporting import RenderOptions, render
+    from gradcheck.reporting.text import render_text, summary_line
+
+    documents = [
+        (format_, path, render(report, format_, RenderOptions(verbosity=verbosity))) for format_, path in reports
+    ]
+    summary = None
+    if "github" in (format_ for format_, _ in reports) and os.environ.get("GITHUB_STEP_SUMMARY"):
+        from gradcheck.reporting.github import render_summary
+
+        summary = render_summary(report)
+    for _, path, document in documents:
+        if path is not None:
+            write_atomically(path, document)
+    stdout_document = next(((f, d) for f, p, d in documents if p is None), None)
+    if stdout_document is None or stdout_document[0] == "text":
+        # The text report goes to the terminal, in colour where allowed, whatever the files hold.
+        render_text(report, _console(color), verbosity)
     else:
-        document = render_text_string(report, verbosity)
-    if output is not None:
-        write_atomically(output, document)
-    if format_ == "text" or output is not None:
-        render_text(report, Console(highlight=False), verbosity)
-    else:
-        sys.stdout.write(document)
+        # A document for machines: standard output carries it alone, the summary goes to stderr.
+        sys.stdout.write(stdout_document[1])
         sys.stdout.flush()
         click.echo(summary_line(report), err=True)
+    if summary is not None:
+        _append_job_summary(Path(os.environ["GITHUB_STEP_SUMMARY"]), summary)
+
+
+def _append_job_summary(path: Path, markdown: str) -> None:
+    """Append to GitHub's job summary file: the one side effect of ``--format github``."""
+    try:
+        with path.open("a", encoding="utf-8") as stream:
+            stream.write(markdown)
+    except OSError as error:
+        # The report itself is out already; a summary GitHub cannot take is worth a warning, not a failure.
+        click.echo(f"gradcheck: warning: cannot append the job summary to {path}: {error}", err=True)
 
 
 @main.command("list")
@@ -278,6 +470,46 @@ def list_(
     if not listing:
         click.echo("nothing to check: no custom-gradient functions found", err=True)
         return ExitCode.NO_TESTS
+    return ExitCode.OK
+
+
+@main.command()
+@_target_argument
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("gradcheck.toml"),
+    show_default=True,
+    help="Where to write the config.",
+)
+@click.option("--force", is_flag=True, help="Overwrite the file if it exists.")
+@click.option("-v", "--verbose", count=True, help="Tracebacks for usage errors.")
+@_guarded
+def init(targets: tuple[str, ...], output: Path, force: bool, verbose: int) -> int:
+    """Write a starter config for TARGET, with the shapes that probing finds."""
+    from gradcheck import _tf, starter
+
+    _tf.set_verbose(verbose > 0)
+    if output.suffix == ".py" or output.name == "pyproject.toml":
+        raise UsageError(
+            f"{output}: gradcheck init writes a gradcheck.toml of its own; choose another -o path "
+            "(to use pyproject.toml, copy the keys under [tool.gradcheck])"
+        )
+    if output.exists() and not force:
+        raise UsageError(f"{output}: already exists; pass --force to overwrite it, or -o to write elsewhere")
+    entries = starter.starter_entries(targets)
+    if not entries:
+        click.echo("nothing to check: no custom-gradient functions found; no config written", err=True)
+        return ExitCode.NO_TESTS
+    command = " ".join(["gradcheck init", *targets] + ([f"-o {output}"] if output != Path("gradcheck.toml") else []))
+    write_atomically(output, starter.render_starter(entries, command))
+    guessed = sum(1 for entry in entries if entry.failure is None and entry.inputs)
+    todo = sum(1 for entry in entries if entry.failure is not None)
+    click.echo(
+        f"wrote {output}: {len(entries)} function{'s' if len(entries) != 1 else ''}, "
+        f"{guessed} with guessed shapes, {todo} to fill in (marked TODO)"
+    )
     return ExitCode.OK
 
 

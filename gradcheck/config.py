@@ -71,7 +71,7 @@ class Settings:
 #: function's or layer's table.
 _SETTING_KEYS = {f.name for f in fields(Settings)}
 _SUBJECT_SETTING_KEYS = {"mode", "dtype", "atol", "rtol", "eps", "execution", "reference", "order"}
-_REPORT_KEYS = {"format", "output"}
+_REPORT_KEYS = {"format", "output", "fail_on", "maxfail"}
 _TOP_KEYS = _SETTING_KEYS | _REPORT_KEYS | {"dims", "functions", "layers"}
 _SUBJECT_KEYS = _SUBJECT_SETTING_KEYS | {"inputs", "constants", "init"}
 _INPUT_KEYS = {"shape", "dtype", "distribution", "low", "high", "items"}
@@ -118,7 +118,7 @@ class Config:
     settings: dict[str, Any] = field(default_factory=dict)
     """Top-level settings given in the file."""
     report: dict[str, Any] = field(default_factory=dict)
-    """``format`` and ``output`` given in the file."""
+    """Run-level keys given in the file: ``format``, ``output``, ``fail_on`` and ``maxfail``."""
     dims: dict[str, int] = field(default_factory=dict)
     """Named sizes."""
     functions: dict[str, SubjectConfig] = field(default_factory=dict)
@@ -204,6 +204,26 @@ def validate_setting(label: str, key: str, value: Any) -> Any:
             raise _fail(label, key, f"{value!r} must be true or false")
         return value
     raise _fail(label, key, "unknown setting")  # pragma: no cover - keys are checked first
+
+
+def parse_fail_on(label: str, key: str, value: Any) -> tuple[str, ...]:
+    """``fail_on``: a list of statuses, or one string of comma-separated statuses."""
+    from gradcheck.results import FAIL_ON_STATUSES
+
+    if isinstance(value, str):
+        items: list[Any] = [part.strip() for part in value.split(",")]
+    elif isinstance(value, list):
+        items = value
+    else:
+        raise _fail(label, key, f'{value!r} must be a list of statuses, e.g. ["failed", "error"]')
+    statuses: list[str] = []
+    for item in items:
+        status = _choice(label, key, item, FAIL_ON_STATUSES)
+        if status not in statuses:
+            statuses.append(status)
+    if not statuses:
+        raise _fail(label, key, f"name at least one of {', '.join(FAIL_ON_STATUSES)}")
+    return tuple(statuses)
 
 
 def _size(label: str, key: str, value: Any, dims: Mapping[str, int]) -> int | str:
@@ -341,6 +361,13 @@ def parse_config(document: Mapping[str, Any], path: Path | None, extra_dims: Map
         if not isinstance(document["output"], str):
             raise _fail(label, "output", "must be a file path")
         report["output"] = document["output"]
+    if "fail_on" in document:
+        report["fail_on"] = parse_fail_on(label, "fail_on", document["fail_on"])
+    if "maxfail" in document:
+        maxfail = document["maxfail"]
+        if isinstance(maxfail, bool) or not isinstance(maxfail, int) or maxfail < 1:
+            raise _fail(label, "maxfail", f"{maxfail!r} must be a positive integer")
+        report["maxfail"] = maxfail
     functions = {
         name: _parse_subject(label, f"functions.{name}", raw, dims, _SUBJECT_KEYS)
         for name, raw in _flatten_functions(label, document.get("functions", {}), "functions").items()

@@ -25,6 +25,10 @@ CHECKS = (
 
 STATUSES = ("passed", "failed", "error", "skipped")
 
+#: The statuses ``--fail-on`` can name, and those that fail a run by default (as pytest).
+FAIL_ON_STATUSES = ("failed", "error", "skipped")
+DEFAULT_FAIL_ON = ("failed", "error")
+
 
 class ExitCode(enum.IntEnum):
     """Exit codes of ``gradcheck run``, as pytest's.
@@ -112,6 +116,10 @@ class Problem:
     """Element-wise values for pictures; not part of the JSON report."""
     order: int = 1
     """1 for the gradient itself, 2 for the gradient of the gradient (``--order 2``)."""
+    traceback: str | None = field(default=None, compare=False)
+    """The formatted traceback of an ``exception`` (or ``execution``) problem, from the
+    first frame in the user's file on; shown with ``-v`` and in JUnit ``<error>``
+    texts, not part of the JSON report (the message already names the user's line)."""
 
     def to_dict(self) -> dict[str, Any]:
         """This problem as one entry of the JSON report's ``problems`` list."""
@@ -232,8 +240,13 @@ class RunReport:
     """True when Ctrl-C stopped the run early."""
     version: str = "0.1.0"
     """gradcheck's version."""
-    fail_on: tuple[str, ...] = ("failed", "error")
+    fail_on: tuple[str, ...] = DEFAULT_FAIL_ON
     """The statuses that fail the run."""
+    maxfail: int | None = None
+    """``--maxfail``: the run stopped after this many results with a status in ``fail_on``."""
+    not_checked: tuple[str, ...] = ()
+    """Ids of the functions and layers left unchecked because the run stopped early
+    (``--maxfail`` or Ctrl-C), in the order they would have been checked."""
 
     @property
     def summary(self) -> dict[str, int]:
@@ -260,12 +273,20 @@ class RunReport:
             codes.append(ExitCode.NO_TESTS)
         return most_severe(codes)
 
+    @property
+    def stopped_by_maxfail(self) -> bool:
+        """True when ``--maxfail`` ended the run before everything was checked."""
+        return self.maxfail is not None and bool(self.not_checked) and not self.interrupted
+
     def to_dict(self) -> dict[str, Any]:
-        """The JSON report, as DESIGN.md fixes it."""
-        return {
+        """The JSON report, as DESIGN.md fixes it (``not_checked`` only when the run stopped early)."""
+        document: dict[str, Any] = {
             "gradcheck": self.version,
             "seed": self.seed,
             "exit_code": int(self.exit_code),
             "summary": self.summary,
             "results": [result.to_dict() for result in self.results],
         }
+        if self.not_checked:
+            document["not_checked"] = list(self.not_checked)
+        return document

@@ -26,7 +26,7 @@ from gradcheck.config import (
 )
 from gradcheck.discovery import Subject, find_subjects, load_module, resolve_target, select
 from gradcheck.errors import ConfigError, TargetError
-from gradcheck.results import Result, RunReport
+from gradcheck.results import DEFAULT_FAIL_ON, Result, RunReport
 
 VERSION = "0.1.0"
 
@@ -47,6 +47,10 @@ class RunOptions:
     """``--shape`` values, by input name."""
     keyword: str | None = None
     """``-k``: keep only functions whose id contains this."""
+    fail_on: tuple[str, ...] | None = None
+    """``--fail-on``: the statuses that fail the run; None: failed and error (``--strict`` adds skipped)."""
+    maxfail: int | None = None
+    """``--maxfail``: stop after this many results whose status is in ``fail_on``."""
 
 
 @dataclass(frozen=True)
@@ -68,24 +72,32 @@ def _config_for(location: Path, options: RunOptions, cache: dict[Path | None, Co
     return cache[path]
 
 
-def collect(options: RunOptions) -> list[PlannedCheck]:
+def collect(options: RunOptions, read_configs: bool = True) -> list[PlannedCheck]:
     """Import every target and find its functions; raise a UsageError for bad input.
 
     Each file gets the config found from its own folder upwards (or ``-c``),
     so a directory of packages with their own configs checks as a whole.
+    ``read_configs=False`` gives every function the empty config (``gradcheck
+    init`` writes a config from scratch, whatever is there already).
     """
     _tf.tensorflow()
     cache: dict[Path | None, Config] = {}
+
+    def config_for(location: Path) -> Config:
+        if not read_configs:
+            return cache.setdefault(None, Config(dims=dict(options.dims)))
+        return _config_for(location, options, cache)
+
     planned: list[PlannedCheck] = []
     found_by_config: dict[Path | None, list[Subject]] = {}
     seen_files: set[Path] = set()
     for spec in options.targets:
         target = resolve_target(spec)
         if not target.files:
-            _config_for(Path(spec.partition("::")[0]), options, cache)
+            config_for(Path(spec.partition("::")[0]))
         found_here: list[PlannedCheck] = []
         for file in target.files:
-            config = _config_for(file, options, cache)
+            config = config_for(file)
             module = load_module(file)
             found = find_subjects(module, file)
             found_by_config.setdefault(config.path, []).extend(found)
@@ -159,7 +171,7 @@ def request_for(planned: PlannedCheck, options: RunOptions) -> CheckRequest:
 
 
 def report_settings(options: RunOptions) -> dict[str, Any]:
-    """``format`` and ``output`` from the config of the first target, if it sets them."""
+    """``format``, ``output``, ``fail_on`` and ``maxfail`` from the config of the first target, where it sets them."""
     if not options.targets:
         return {}
     spec = options.targets[0]
@@ -257,30 +269,50 @@ def run(
     on_result: Callable[[Result, int, int], None] | None = None,
     on_start: Callable[[Subject, int, int], None] | None = None,
 ) -> RunReport:
-    """Collect and check everything; Ctrl-C stops early with the results so far."""
+    """Collect and check everything; Ctrl-C stops early with the results so far.
+
+    With ``options.maxfail`` the run stops once that many results have a
+    status that fails the run (as pytest's ``--maxfail``); what was not
+    checked is listed in the report's ``not_checked``.
+    """
     start = time.perf_counter()
     planned = collect(options)
     requests = [request_for(p, options) for p in planned]
     seed = requests[0].settings.seed if requests else int(options.overrides.get("seed", 0))
+    strict = any(r.settings.strict for r in requests) or bool(options.overrides.get("strict"))
+    fail_on = fail_on_statuses(options.fail_on, strict)
     results: list[Result] = []
     interrupted = False
+    failures = 0
     try:
         for index, request in enumerate(requests):
+            if options.maxfail is not None and failures >= options.maxfail:
+                break
             if on_start is not None:
                 on_start(request.subject, index, len(requests))
             with contextlib.redirect_stdout(sys.stderr):
                 result = check_subject(request)
             results.append(result)
+            failures += result.status in fail_on
             if on_result is not None:
                 on_result(result, index, len(requests))
     except KeyboardInterrupt:
         interrupted = True
-    strict = any(r.settings.strict for r in requests) or bool(options.overrides.get("strict"))
     return RunReport(
         results=tuple(results),
         seed=seed,
         seconds=time.perf_counter() - start,
         interrupted=interrupted,
         version=VERSION,
-        fail_on=("failed", "error", "skipped") if strict else ("failed", "error"),
+        fail_on=fail_on,
+        maxfail=options.maxfail,
+        not_checked=tuple(r.subject.id for r in requests[len(results) :]),
     )
+
+
+def fail_on_statuses(fail_on: tuple[str, ...] | None, strict: bool) -> tuple[str, ...]:
+    """The statuses that fail the run: ``--fail-on`` (default failed and error), plus skipped with ``--strict``."""
+    statuses = tuple(fail_on) if fail_on else DEFAULT_FAIL_ON
+    if strict and "skipped" not in statuses:
+        statuses += ("skipped",)
+    return statuses

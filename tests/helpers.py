@@ -16,9 +16,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parent.parent
 
 
-def invoke(*args: str) -> Result:
-    """Run ``gradcheck`` in this process, as a user would from the shell."""
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
+    """Run ``gradcheck`` in this process, as a user would from the shell (``env``: variables to set or unset)."""
+    return CliRunner().invoke(main, list(args), catch_exceptions=False, env=env)
 
 
 def write(folder: Path, name: str, text: str) -> Path:

@@ -340,11 +340,18 @@ def test_without_tensorflow_run_exits_2_naming_the_extra(tmp_path: Path) -> None
 def test_help_and_import_do_not_import_tensorflow(tmp_path: Path) -> None:
     probe = (
         "import sys\n"
-        "import gradcheck, gradcheck.results, gradcheck.cli\n"
+        "import gradcheck, gradcheck.results, gradcheck.cli, gradcheck.progress\n"
+        "import gradcheck.pytest_plugin\n"
+        "import gradcheck.reporting.junit, gradcheck.reporting.github, gradcheck.reporting.html\n"
         "from click.testing import CliRunner\n"
         "CliRunner().invoke(gradcheck.cli.main, ['--help'])\n"
         "CliRunner().invoke(gradcheck.cli.main, ['run', '--help'])\n"
+        "completion = {'_GRADCHECK_COMPLETE': 'bash_source'}\n"
+        "CliRunner().invoke(gradcheck.cli.main, [], prog_name='gradcheck', env=completion)\n"
+        "import pytest\n"
+        "pytest.main(['--help'])  # the pytest plugin is loaded through its entry point, without --gradcheck\n"
         "print('tensorflow' in sys.modules)\n"
     )
     result = _subprocess(["-c", probe], cwd=tmp_path)
-    assert result.stdout.strip() == "False", result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "False", result.stderr
+    assert "--gradcheck=PATH" in result.stdout  # the plugin was loaded

@@ -88,6 +88,13 @@ def test_quiet_and_verbose() -> None:
 
 def test_summary_line_forms() -> None:
     assert summary_line(RunReport(results=(), seed=0, seconds=0.5)) == "nothing checked in 0.50s"
+    errors = tuple(Result(id=f"a::f{i}", name=f"f{i}", kind="function", status="error") for i in range(2))
+    assert summary_line(RunReport(results=errors, seed=0, seconds=1.0)) == "2 errors in 1.00s"
+    assert summary_line(RunReport(results=errors[:1], seed=0, seconds=1.0)) == "1 error in 1.00s"
+    stopped = RunReport(results=(FAILED,), seed=0, seconds=1.0, maxfail=1, not_checked=("a::g", "a::h"))
+    assert summary_line(stopped) == "1 failed in 1.00s (stopped after 1 failure: 2 not checked)"
+    halted = RunReport(results=(FAILED,), seed=0, seconds=1.0, interrupted=True, not_checked=("a::g",))
+    assert summary_line(halted) == "1 failed in 1.00s (interrupted: 1 not checked)"
     interrupted = RunReport(results=(PASSED,), seed=0, seconds=1.0, interrupted=True)
     assert summary_line(interrupted) == "1 passed in 1.00s (interrupted)"
 

@@ -6,6 +6,7 @@ import json
 import math
 from typing import Any
 
+from gradcheck.reporting import RenderOptions
 from gradcheck.results import RunReport
 
 
@@ -23,3 +24,8 @@ def _finite(value: Any) -> Any:
 def render_json(report: RunReport) -> str:
     """The report as a JSON document, with a trailing newline."""
     return json.dumps(_finite(report.to_dict()), indent=2) + "\n"
+
+
+def render(report: RunReport, options: RenderOptions) -> str:
+    """The JSON report (the same whatever the options)."""
+    return render_json(report)

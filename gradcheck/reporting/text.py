@@ -1,13 +1,35 @@
-"""The terminal report, drawn with rich: a line per function, a table per failure."""
+"""The terminal report, drawn with rich: a line per function, a table per failure, heat maps."""
 
 from __future__ import annotations
+
+import io
 
 from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from gradcheck.reporting import RenderOptions
+from gradcheck.reporting.heatmap import PLAIN_RAMP, REFERENCE_NAMES, Grid, layout, level, pictured_problems
 from gradcheck.results import Problem, Result, RunReport
+
+#: The largest heat map drawn in the terminal, in cells (two characters each).
+HEATMAP_ROWS = 16
+HEATMAP_COLUMNS = 32
+#: One colour per level above zero, dark to bright (the "inferno" colour map).
+_HEAT_COLOURS = (
+    "#1b0c41",
+    "#4a0c6b",
+    "#781c6d",
+    "#a52c60",
+    "#cf4446",
+    "#ed6925",
+    "#fb9b06",
+    "#f7d13d",
+    "#fcffa4",
+)
+#: How the worst element's cell is drawn, in place of its level.
+WORST_MARK = "XX"
 
 _STATUS_STYLE = {
     "passed": ("PASSED", "green"),
@@ -31,14 +53,27 @@ def _index(index: tuple[int, ...] | None) -> str:
 
 
 def summary_line(report: RunReport) -> str:
-    """``3 passed, 1 failed, 1 skipped in 2.41s``, as pytest ends its report."""
+    """``3 passed, 1 failed, 1 skipped in 2.41s``, as pytest ends its report.
+
+    A run that stopped early says why and how much was left:
+    ``2 failed in 0.40s (stopped after 2 failures: 3 not checked)``.
+    """
     counts = report.summary
-    parts = [f"{counts[status]} {status}" for status in ("passed", "failed", "error", "skipped") if counts[status]]
+    # As pytest: "2 errors", but "2 passed", "2 failed", "2 skipped".
+    parts = [
+        f"{counts[status]} {status}{'s' if status == 'error' and counts[status] != 1 else ''}"
+        for status in ("passed", "failed", "error", "skipped")
+        if counts[status]
+    ]
     if not parts:
         parts = ["nothing checked"]
     line = ", ".join(parts) + f" in {report.seconds:.2f}s"
+    left = f": {len(report.not_checked)} not checked" if report.not_checked else ""
     if report.interrupted:
-        line += " (interrupted)"
+        line += f" (interrupted{left})"
+    elif report.stopped_by_maxfail:
+        plural = "s" if report.maxfail != 1 else ""
+        line += f" (stopped after {report.maxfail} failure{plural}{left})"
     return line
 
 
@@ -93,19 +128,97 @@ def input_table(result: Result) -> Table:
     return table
 
 
-def _render_details(result: Result, console: Console, verbose: bool) -> None:
+def colour_allowed(console: Console) -> bool:
+    """True when the console draws colours (not ``NO_COLOR``, ``--color never`` or a plain file)."""
+    return console.color_system is not None and not console.no_color
+
+
+def _heat_cell(value: float, top: float, worst: bool, colour: bool) -> Text:
+    step = level(value, top)
+    if colour:
+        if worst:
+            return Text(WORST_MARK, style=f"bold reverse {_HEAT_COLOURS[max(step, 1) - 1]}")
+        if step == 0:
+            return Text("··", style="dim")
+        return Text("██", style=_HEAT_COLOURS[step - 1])
+    return Text(WORST_MARK if worst else PLAIN_RAMP[step] * 2)
+
+
+def heat_map_lines(problem: Problem, grid: Grid, colour: bool, shape: tuple[int, ...] | None = None) -> list[Text]:
+    """|custom - reference| of one input as lines: a title, rows of two-character cells in a frame, a legend.
+
+    Each cell shows its level on a scale from 0 to the largest difference
+    (``PLAIN_RAMP``, or colours where allowed); the worst element's cell is
+    ``XX``. Big inputs are pooled: each cell then stands for a block of
+    elements and shows the largest difference in it.
+    """
+    heatmap = problem.heatmap
+    assert heatmap is not None
+    top = grid.largest_difference
+    reference = REFERENCE_NAMES.get(problem.check, problem.check)
+    shape_text = f" {format_shape(shape)}" if shape else ""
+    if len(heatmap.axes) >= 2:
+        axes = f"rows: axis {heatmap.axes[0]}, columns: axis {heatmap.axes[1]}"
+        if shape and len(shape) > 2:
+            axes += " (largest over the other axes)"
+    else:
+        axes = "one row"
+    head = f"{problem.input}{shape_text}: |custom - {reference}|, {axes}"
+    if grid.block != (1, 1):
+        head += f"; each cell the largest of {grid.block[0]}x{grid.block[1]} elements"
+    border = Text("+" + "-" * (2 * grid.columns) + "+")
+    lines = [Text(head, style="bold"), border]
+    for r, row in enumerate(grid.difference):
+        line = Text("|")
+        for c, value in enumerate(row):
+            line.append_text(_heat_cell(value, top, grid.worst == (r, c), colour))
+        lines.append(line + Text("|"))
+    lines.append(border)
+    if colour:
+        legend = Text("scale: ")
+        legend.append("··", style="dim")
+        for hue in _HEAT_COLOURS:
+            legend.append("█", style=hue)
+    else:
+        legend = Text(f"scale: '{PLAIN_RAMP}'")
+    legend.append(f" from 0 to {_number(top)}")
+    if problem.worst_index is not None and grid.worst is not None:
+        legend.append(f"; {WORST_MARK} = worst element {_index(problem.worst_index)}")
+    lines.append(legend)
+    return lines
+
+
+def _render_heat_maps(result: Result, console: Console, indent: str) -> None:
+    shapes = {item.name: item.shape for item in result.inputs}
+    colour = colour_allowed(console)
+    for problem in pictured_problems(result.problems):
+        grid = layout(problem, HEATMAP_ROWS, HEATMAP_COLUMNS)
+        if grid is None:
+            continue
+        for line in heat_map_lines(problem, grid, colour, shapes.get(problem.input or "")):
+            # A picture must not wrap: each line as it is, however narrow the terminal.
+            console.print(Text(indent + "  ") + line, soft_wrap=True)
+
+
+def _render_details(result: Result, console: Console, verbosity: int) -> None:
     indent = "    "
+    verbose = verbosity > 0
     if result.status == "skipped" and result.skip_reason:
         console.print(Text(indent + result.skip_reason, style="yellow"), soft_wrap=True)
     if result.problems:
-        console.print(Padding(problem_table(result.problems), (0, 0, 0, len(indent))), crop=False)
+        console.print(Padding(problem_table(result.problems), (0, 0, 0, len(indent)), expand=False), crop=False)
         for problem in result.problems:
             head = f"{indent}{problem.input or result.name} ({problem.check}): "
             console.print(Text(head, style="bold") + Text(problem.message), soft_wrap=True)
             if problem.hint:
                 console.print(Text(f"{indent}  hint: ", style="cyan") + Text(problem.hint), soft_wrap=True)
+            if verbose and problem.traceback:
+                lines = problem.traceback.rstrip("\n").splitlines()
+                console.print(Text("\n".join(f"{indent}  | {line}" for line in lines), style="dim"), soft_wrap=True)
+        if verbosity >= 0:
+            _render_heat_maps(result, console, indent)
     if verbose and result.inputs:
-        console.print(Padding(input_table(result), (0, 0, 0, len(indent))))
+        console.print(Padding(input_table(result), (0, 0, 0, len(indent)), expand=False))
     if result.notes and (verbose or result.status != "passed"):
         for note in result.notes:
             console.print(Text(f"{indent}note: {note}", style="dim"), soft_wrap=True)
@@ -113,28 +226,51 @@ def _render_details(result: Result, console: Console, verbose: bool) -> None:
         console.print(Text(f"{indent}reproduce: ", style="dim") + Text(result.reproduce), soft_wrap=True)
 
 
+def render_result(result: Result, console: Console, verbosity: int = 0) -> None:
+    """One function's entry: its status line, then (unless it passed, or with ``-v``) the details."""
+    console.print(result_line(result), soft_wrap=True)
+    if result.status != "passed" or verbosity > 0:
+        _render_details(result, console, verbosity)
+
+
 def render_text(report: RunReport, console: Console, verbosity: int = 0) -> None:
-    """Write the report: ``verbosity`` -1 is ``-q``, 0 the default, 1 ``-v``."""
+    """Write the report: ``verbosity`` -1 is ``-q``, 0 the default, 1 ``-v``.
+
+    With ``-q`` only what fails the run is shown (failures and errors, and
+    skips where ``--fail-on``/``--strict`` counts them), without heat maps;
+    the last line is always the summary.
+    """
     quiet = verbosity < 0
-    verbose = verbosity > 0
     if not quiet:
         console.print(
             Text(f"gradcheck {report.version}, seed {report.seed}, {len(report.results)} checked", style="bold")
         )
     for result in report.results:
-        if quiet and result.status not in ("failed", "error"):
+        if quiet and result.status not in ("failed", "error") and result.status not in report.fail_on:
             continue
-        console.print(result_line(result), soft_wrap=True)
-        if result.status != "passed" or verbose:
-            _render_details(result, console, verbose)
+        render_result(result, console, verbosity)
     console.print(Text(summary_line(report), style="bold"), soft_wrap=True)
+
+
+def plain_console(buffer: io.StringIO, width: int = 100) -> Console:
+    """A console that writes plain text (no colour, no terminal codes) into ``buffer``."""
+    return Console(file=buffer, width=width, color_system=None, force_terminal=False, highlight=False)
 
 
 def render_text_string(report: RunReport, verbosity: int = 0, width: int = 100) -> str:
     """The plain-text report (no colour), as a string: for ``-o`` files and assertion messages."""
-    import io
-
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width, color_system=None, force_terminal=False, highlight=False)
-    render_text(report, console, verbosity)
+    render_text(report, plain_console(buffer, width), verbosity)
     return buffer.getvalue()
+
+
+def render_result_string(result: Result, verbosity: int = 0, width: int = 100) -> str:
+    """One function's entry as plain text: the pytest plugin's failure report."""
+    buffer = io.StringIO()
+    render_result(result, plain_console(buffer, width), verbosity)
+    return buffer.getvalue()
+
+
+def render(report: RunReport, options: RenderOptions) -> str:
+    """The text report as a document (``--format text -o FILE``)."""
+    return render_text_string(report, options.verbosity, options.width)

@@ -1,0 +1,209 @@
+"""pytest plugin: ``pytest --gradcheck PATH`` checks each custom gradient of PATH as a test item.
+
+Registered through the ``pytest11`` entry point, so installing gradcheck is
+enough. Without ``--gradcheck`` the plugin only adds its options: it imports
+neither TensorFlow nor the checker.
+
+With ``--gradcheck PATH`` (repeatable; a file, a directory or a module name,
+as ``gradcheck run`` takes them) every custom-gradient function of PATH is
+one item, ``PATH::NAME``, so ``-k`` and ``::`` select them as they select
+ordinary tests. PATH is added to what pytest collects when its arguments do
+not cover it already. Each item is checked with the config a ``gradcheck
+run`` of the same targets would use (``--gradcheck-config`` as ``-c``); a
+failing item's report is the problem table of the text report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gradcheck.errors import UsageError
+from gradcheck.results import Result
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--gradcheck PATH`` and ``--gradcheck-config FILE``."""
+    group = parser.getgroup("gradcheck", "check hand-written TensorFlow gradients")
+    group.addoption(
+        "--gradcheck",
+        action="append",
+        default=[],
+        metavar="PATH",
+        dest="gradcheck_targets",
+        help="check each @tf.custom_gradient function of PATH (a file, directory or module) as a test item; repeatable",
+    )
+    group.addoption(
+        "--gradcheck-config",
+        metavar="FILE",
+        dest="gradcheck_config",
+        default=None,
+        help="gradcheck config file (default: gradcheck.toml or [tool.gradcheck] found from each module upwards)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With ``--gradcheck``, register the collector and make sure pytest visits the targets."""
+    targets = config.getoption("gradcheck_targets")
+    if not targets:
+        return
+    try:
+        collector = GradcheckPlugin(config, tuple(targets))
+    except UsageError as error:
+        # A missing target is a bad command line: pytest's usage error (exit 4), one line.
+        raise pytest.UsageError(f"--gradcheck: {error}") from None
+    config.pluginmanager.register(collector, "gradcheck-collector")
+    collector.add_uncovered_targets()
+
+
+class GradcheckFailure(Exception):
+    """A custom gradient that failed its check (or raised, or was skipped under ``strict``)."""
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(result.id)
+        self.result = result
+
+
+class GradcheckPlugin:
+    """The part of the plugin that exists only with ``--gradcheck``: targets, plan, collection."""
+
+    def __init__(self, config: pytest.Config, targets: tuple[str, ...]) -> None:
+        from gradcheck.discovery import resolve_target
+
+        self.config = config
+        self.targets = targets
+        self.invocation_dir = config.invocation_params.dir
+        self.files: dict[Path, str] = {}
+        for spec in targets:
+            for file in resolve_target(spec).files:
+                self.files.setdefault(file.resolve(), spec)
+        self._plan: dict[Path, list[Any]] | None = None
+        self._plan_error: UsageError | None = None
+        self.options: Any = None
+
+    def add_uncovered_targets(self) -> None:
+        """Add each target file that pytest's own arguments do not reach to what it collects."""
+        covered = [self._arg_path(arg) for arg in self.config.args]
+        for file, spec in self.files.items():
+            if any(file == path or path in file.parents for path in covered if path is not None):
+                continue
+            selector = spec.partition("::")[2]
+            self.config.args.append(str(file) + (f"::{selector}" if selector else ""))
+
+    def _arg_path(self, arg: str) -> Path | None:
+        path = Path(arg.partition("::")[0])
+        if not path.is_absolute():
+            path = self.invocation_dir / path
+        return path.resolve() if path.exists() else None
+
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+        """Each target file becomes a :class:`GradcheckModule`."""
+        if file_path.suffix == ".py" and file_path.resolve() in self.files:
+            return GradcheckModule.from_parent(parent, path=file_path, plugin=self)
+        return None
+
+    def plan(self) -> dict[Path, list[Any]]:
+        """Every target's functions with their configs, found once for the whole session.
+
+        All targets are collected together, as ``gradcheck run`` collects
+        them, so a config naming functions of several modules is checked
+        against all of them.
+        """
+        if self._plan_error is not None:
+            raise self._plan_error
+        if self._plan is None:
+            from gradcheck import session
+
+            config = self.config.getoption("gradcheck_config")
+            self.options = session.RunOptions(
+                targets=self.targets, config_path=Path(config) if config is not None else None
+            )
+            try:
+                if config is not None and not Path(config).is_file():
+                    raise UsageError(f"{config}: config file not found (--gradcheck-config)")
+                planned = session.collect(self.options)
+            except UsageError as error:
+                self._plan_error = error
+                raise
+            plan: dict[Path, list[Any]] = {}
+            for item in planned:
+                plan.setdefault(self._file_of(item), []).append(item)
+            self._plan = plan
+        return self._plan
+
+    def _file_of(self, planned: Any) -> Path:
+        path = Path(planned.subject.path)
+        if not path.is_absolute():
+            path = Path.cwd() / path
+        return path.resolve()
+
+
+class GradcheckModule(pytest.File):
+    """One target module: its custom-gradient functions are the items."""
+
+    def __init__(self, *, plugin: GradcheckPlugin, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.plugin = plugin
+
+    def collect(self) -> Iterator[GradcheckItem]:
+        """One item per function, in definition order."""
+        for planned in self.plugin.plan().get(self.path.resolve(), []):
+            yield GradcheckItem.from_parent(self, name=planned.subject.name, planned=planned)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
+        """A bad target or config is one line, as on the command line."""
+        if isinstance(excinfo.value, UsageError):
+            return f"gradcheck: error: {excinfo.value}"
+        return super().repr_failure(excinfo)
+
+
+class GradcheckItem(pytest.Item):
+    """One custom-gradient function, checked when the item runs."""
+
+    def __init__(self, *, planned: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.planned = planned
+        self.result: Result | None = None
+
+    def runtest(self) -> None:
+        """Check the function; fail with its result unless it passed (skip where it was skipped)."""
+        from gradcheck.checker import check_subject
+        from gradcheck.session import request_for
+
+        plugin = self.parent.plugin  # type: ignore[union-attr]
+        request = request_for(self.planned, plugin.options)
+        result = check_subject(request)
+        self.result = result
+        self.user_properties.append(("gradcheck_status", result.status))
+        if result.status == "skipped" and not request.settings.strict:
+            pytest.skip(result.skip_reason or "skipped")
+        if result.status != "passed":
+            raise GradcheckFailure(result)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
+        """The text report's entry for the function: its problem table, hints and how to reproduce."""
+        if isinstance(excinfo.value, GradcheckFailure):
+            from gradcheck.reporting.text import render_result_string
+
+            result = excinfo.value.result
+            # pytest's short summary shows the first line: make it the first problem.
+            return _first_problem(result) + "\n" + render_result_string(result).rstrip("\n")
+        if isinstance(excinfo.value, UsageError):
+            return f"gradcheck: error: {excinfo.value}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        """Where the function is defined, for pytest's headers."""
+        line = self.planned.subject.line
+        return self.path, (line - 1 if line else None), f"gradcheck: {self.name}"
+
+
+def _first_problem(result: Result) -> str:
+    if not result.problems:
+        return f"{result.status}: {result.skip_reason or result.id}"
+    problem = result.problems[0]
+    more = f" (and {len(result.problems) - 1} more)" if len(result.problems) > 1 else ""
+    return f"{result.status}: {problem.input or result.name} ({problem.check}): {problem.message}{more}"

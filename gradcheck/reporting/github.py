@@ -1,0 +1,130 @@
+"""GitHub Actions workflow commands: one ``::error`` annotation per problem, and a job summary.
+
+Each problem becomes ``::error file=PATH,line=N,title=gradcheck::MESSAGE``;
+GitHub shows it on the pull request's diff at that line. ``line`` is the
+``def`` of the custom-gradient function, or of its backward function where
+the problem is in what the backward function returned (count, shape, dtype,
+values). Escaping follows the runner's own (``actions/toolkit``
+``command.ts``): in the message ``%``, CR and LF; in properties also ``:``
+and ``,``.
+
+:func:`render_summary` is the Markdown job summary; the command line appends
+it to the file that ``$GITHUB_STEP_SUMMARY`` names.
+"""
+
+from __future__ import annotations
+
+from gradcheck.reporting import RenderOptions
+from gradcheck.reporting.text import summary_line
+from gradcheck.results import Problem, Result, RunReport
+
+#: Checks about what the backward function returned: annotated at its ``def``.
+BACKWARD_CHECKS = ("count", "shape", "dtype", "finite", "native", "numeric", "variables")
+
+
+def escape_data(text: str) -> str:
+    """Escape a workflow command's message."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """Escape a workflow command's property value (``file``, ``title``)."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def workflow_command(command: str, message: str, **properties: str | int | None) -> str:
+    """``::command key=value,...::message`` with everything escaped; None properties left out."""
+    given = ",".join(f"{key}={escape_property(str(value))}" for key, value in properties.items() if value is not None)
+    return f"::{command}{' ' + given if given else ''}::{escape_data(message)}"
+
+
+def annotation_line(result: Result, problem: Problem | None) -> int | None:
+    """The line to annotate: the backward function's ``def`` for what it returned, else the function's."""
+    in_backward = (
+        problem is not None
+        and problem.check in BACKWARD_CHECKS
+        # A finite problem with no input is NaN in the forward output, not in a gradient.
+        and not (problem.check == "finite" and problem.input is None)
+    )
+    if in_backward and result.backward_line:
+        return result.backward_line
+    return result.line or None
+
+
+def _message(result: Result, problem: Problem) -> str:
+    where = f"{result.name}: {problem.input}" if problem.input else result.name
+    lines = [f"{where} ({problem.check}): {problem.message}"]
+    if problem.hint:
+        lines.append(f"hint: {problem.hint}")
+    if result.reproduce:
+        lines.append(f"reproduce: {result.reproduce}")
+    return "\n".join(lines)
+
+
+def annotations(report: RunReport) -> list[str]:
+    """One workflow command per problem; a skipped function is a warning (an error where it fails the run)."""
+    commands = []
+    for result in report.results:
+        for problem in result.problems:
+            commands.append(
+                workflow_command(
+                    "error",
+                    _message(result, problem),
+                    file=result.path,
+                    line=annotation_line(result, problem) if result.path else None,
+                    title="gradcheck",
+                )
+            )
+        if result.status == "skipped":
+            level = "error" if "skipped" in report.fail_on else "warning"
+            commands.append(
+                workflow_command(
+                    level,
+                    f"{result.name}: skipped: {result.skip_reason or 'no reason given'}",
+                    file=result.path,
+                    line=annotation_line(result, None) if result.path else None,
+                    title="gradcheck",
+                )
+            )
+    return commands
+
+
+def render(report: RunReport, options: RenderOptions) -> str:
+    """The workflow commands, one a line (empty when nothing is wrong)."""
+    commands = annotations(report)
+    return "".join(command + "\n" for command in commands)
+
+
+def _cell(text: str) -> str:
+    # A table cell is one line, and a pipe would end it.
+    return text.replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
+
+
+_ICONS = {"passed": "✅", "failed": "❌", "error": "💥", "skipped": "⏭️"}
+
+
+def render_summary(report: RunReport) -> str:
+    """The Markdown job summary: the summary line, a table of what did not pass, how to reproduce."""
+    lines = [f"## gradcheck: {summary_line(report)}", ""]
+    troubled = [r for r in report.results if r.status != "passed"]
+    if troubled:
+        lines += ["| | function | input | check | what is wrong |", "|---|---|---|---|---|"]
+        for result in troubled:
+            icon = f"{_ICONS[result.status]} {result.status}"
+            if not result.problems:
+                reason = result.skip_reason or result.status
+                lines.append(f"| {icon} | `{_cell(result.id)}` | | | {_cell(reason)} |")
+            for problem in result.problems:
+                what = problem.message + (f"<br>*hint:* {problem.hint}" if problem.hint else "")
+                where = _cell(problem.input or "")
+                lines.append(f"| {icon} | `{_cell(result.id)}` | {where} | {problem.check} | {_cell(what)} |")
+        lines.append("")
+    passed = [r.id for r in report.results if r.status == "passed"]
+    if passed:
+        lines += [f"Passed: {', '.join(f'`{_cell(item)}`' for item in passed)}", ""]
+    if report.not_checked:
+        lines += [f"Not checked: {', '.join(f'`{_cell(item)}`' for item in report.not_checked)}", ""]
+    commands = [r.reproduce for r in troubled if r.reproduce]
+    if commands:
+        lines += ["To reproduce:", "", "```sh", *commands, "```", ""]
+    return "\n".join(lines)

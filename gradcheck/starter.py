@@ -1,0 +1,147 @@
+"""``gradcheck init``: a starter config for the targets, with the shapes probing finds.
+
+:func:`starter_entries` finds every function (and layer) of the targets and
+probes shapes for each with the same prober a run uses
+(:func:`gradcheck.checker.guess_shapes`), ignoring any config that exists:
+the file is written from scratch. :func:`render_starter` turns the entries
+into TOML text; nothing here writes files or prints.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gradcheck.checker import guess_shapes
+from gradcheck.config import Settings
+from gradcheck.session import RunOptions, collect, request_for
+
+#: TOML keys that need no quotes.
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+@dataclass(frozen=True)
+class StarterInput:
+    """One input of a starter entry: a probed shape, or a placeholder."""
+
+    name: str
+    """Argument name."""
+    shape: tuple[int, ...] | None
+    """The shape the forward pass accepted; None where probing found none."""
+    distribution: str = "normal"
+    """The distribution the accepted shape was drawn from (``positive`` for log-like functions)."""
+
+
+@dataclass(frozen=True)
+class StarterEntry:
+    """One ``[functions.NAME]`` (or ``[layers.NAME]``) table of the starter config."""
+
+    kind: str
+    """``function`` or ``layer``."""
+    name: str
+    """The key: the function's name in its module (``Class.method`` for methods)."""
+    id: str
+    """``path::name``, for the comment above the table."""
+    inputs: tuple[StarterInput, ...] = ()
+    """The inputs the function needs shapes for."""
+    failure: str | None = None
+    """Why probing found no shapes, where it did not."""
+    init: dict[str, Any] = field(default_factory=dict)
+    """Constructor arguments (layers and classes of methods); written as a placeholder when needed."""
+    needs_init: bool = False
+    """The class could not be built without arguments."""
+
+    @property
+    def table(self) -> str:
+        """The config table the entry goes under."""
+        return "layers" if self.kind == "layer" else "functions"
+
+
+def starter_entries(targets: tuple[str, ...], seed: int = 0) -> list[StarterEntry]:
+    """Every function and layer of ``targets``, with probed shapes or the reason there are none."""
+    options = RunOptions(targets=targets, overrides={"seed": seed})
+    entries = []
+    for planned in collect(options, read_configs=False):
+        request = request_for(planned, options)
+        subject = request.subject
+        guess = guess_shapes(request)
+        if guess.plan is None:
+            needs_init = subject.binding == "method" and "could not construct" in (guess.failure or "")
+            entries.append(
+                StarterEntry(
+                    kind=subject.kind,
+                    name=subject.name,
+                    id=subject.id,
+                    failure=guess.failure or "no shapes found",
+                    needs_init=needs_init,
+                )
+            )
+            continue
+        inputs = tuple(
+            StarterInput(argument.name, argument.spec.shape, argument.spec.distribution)
+            for argument in guess.plan.arguments
+            if argument.guessed and argument.spec is not None
+        )
+        entries.append(StarterEntry(kind=subject.kind, name=subject.name, id=subject.id, inputs=inputs))
+    return entries
+
+
+def toml_key(name: str) -> str:
+    """A TOML key: bare where allowed, else a quoted string."""
+    if _BARE_KEY.match(name):
+        return name
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _comment(text: str) -> str:
+    # A comment is one line: newlines in a user's exception message must not end it.
+    return "# " + " ".join(text.split())
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(size) for size in shape) + "]"
+
+
+def _input_value(item: StarterInput) -> str:
+    assert item.shape is not None
+    if item.distribution == "normal":
+        return _shape(item.shape)
+    return f'{{ shape = {_shape(item.shape)}, distribution = "{item.distribution}" }}'
+
+
+def render_starter(entries: list[StarterEntry], command: str) -> str:
+    """The starter config as TOML text: every entry's table, guesses and placeholders commented."""
+    defaults = Settings()
+    lines = [
+        f"# Starter config written by `{command}`.",
+        "# Shapes marked 'guessed' are small shapes the forward pass accepted; replace them",
+        "# with the shapes you use. Tables marked TODO need shapes written by hand.",
+        "",
+        f'dtype = "{defaults.dtype}"',
+        f"seed = {defaults.seed}",
+        f'mode = "{defaults.mode}"',
+        f'execution = "{defaults.execution}"',
+    ]
+    written: dict[tuple[str, str], StarterEntry] = {}
+    for entry in entries:
+        key = (entry.table, entry.name)
+        if key in written:
+            # A config table is keyed by name alone: one table serves every module defining the name.
+            continue
+        written[key] = entry
+        also = [other.id for other in entries if (other.table, other.name) == key and other is not entry]
+        lines += ["", _comment(entry.id + (f" (the same table applies to {', '.join(also)})" if also else ""))]
+        lines.append(f"[{entry.table}.{toml_key(entry.name)}]")
+        if entry.failure is not None:
+            lines.append(_comment(f"TODO: {entry.failure}"))
+            if entry.needs_init:
+                lines.append("# init = { }  # the constructor's keyword arguments")
+            lines.append("# inputs = { x = [4, 5] }  # the shape of each argument, in order")
+            continue
+        if not entry.inputs:
+            lines.append("# every argument has a default or is configured: nothing to guess")
+            continue
+        described = ", ".join(f"{toml_key(item.name)} = {_input_value(item)}" for item in entry.inputs)
+        lines.append(f"inputs = {{ {described} }}  # guessed")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,147 @@
+"""``gradcheck init``: a starter config written from probing, then run as it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gradcheck.config import read_config_file, tomllib
+from gradcheck.starter import StarterEntry, StarterInput, render_starter, toml_key
+from tests.helpers import invoke, run_json, write
+
+MODULE = """
+    import tensorflow as tf
+
+
+    @tf.custom_gradient
+    def custom_op(A, W):
+        def grad(dy):
+            return tf.matmul(dy, W, transpose_b=True), tf.matmul(A, dy, transpose_a=True)
+        return tf.matmul(A, W), grad
+
+
+    @tf.custom_gradient
+    def log_of(x):
+        def grad(dy):
+            return dy / x
+        return tf.math.log(x), grad
+
+
+    @tf.custom_gradient
+    def picky(x):
+        tf.debugging.assert_equal(tf.shape(x), [7, 11])
+        def grad(dy):
+            return dy
+        return tf.identity(x), grad
+
+
+    class Scaler:
+        def __init__(self, factor):
+            self.factor = factor
+
+        @tf.custom_gradient
+        def apply(self, x):
+            def grad(dy):
+                return dy * self.factor
+            return x * self.factor, grad
+"""
+
+
+def test_init_then_run_works_without_edits(project: Path) -> None:
+    (project / "gradcheck.toml").unlink()
+    write(project, "ops.py", MODULE)
+    result = invoke("init", "ops.py")
+    assert result.exit_code == 0, result.output
+    assert (
+        result.stdout.strip() == "wrote gradcheck.toml: 4 functions, 2 with guessed shapes, 2 to fill in (marked TODO)"
+    )
+    path = project / "gradcheck.toml"
+    text = path.read_text()
+    assert "inputs = { A = [3, 4], W = [4, 5] }  # guessed" in text
+    assert 'inputs = { x = { shape = [3, 4], distribution = "positive" } }  # guessed' in text
+    assert "[functions.picky]\n# TODO: no guessed shapes worked" in text
+    assert '[functions."Scaler.apply"]\n# TODO: Scaler(...) needs constructor arguments' in text
+    # The project's own loader reads it.
+    config = read_config_file(path)
+    assert set(config.functions) == {"custom_op", "log_of", "picky", "Scaler.apply"}
+    assert config.functions["custom_op"].inputs["A"].shape == (3, 4)
+    # Run with the file as written: the inferred shapes are used as configured, not guessed again.
+    report = run_json("ops.py")
+    results = {r["name"]: r for r in report["results"]}
+    assert results["custom_op"]["status"] == "passed"
+    assert results["custom_op"]["inputs"] == [
+        {"name": "A", "shape": [3, 4], "dtype": "float64"},
+        {"name": "W", "shape": [4, 5], "dtype": "float64"},
+    ]
+    assert "notes" not in results["custom_op"]
+    assert results["log_of"]["status"] == "passed"
+    assert results["picky"]["status"] == "skipped"
+    assert results["Scaler.apply"]["status"] == "skipped"  # needs init = {...}: marked TODO
+
+
+def test_init_never_overwrites_without_force(project: Path) -> None:
+    write(project, "ops.py", MODULE)
+    config = project / "gradcheck.toml"
+    config.write_text("# mine\nseed = 3\n")
+    refused = invoke("init", "ops.py")
+    assert refused.exit_code == 2
+    lines = refused.stderr.strip().splitlines()
+    assert lines == [
+        "gradcheck: error: gradcheck.toml: already exists; pass --force to overwrite it, or -o to write elsewhere"
+    ]
+    assert config.read_text() == "# mine\nseed = 3\n"
+    forced = invoke("init", "ops.py", "--force")
+    assert forced.exit_code == 0
+    assert config.read_text().startswith("# Starter config written by `gradcheck init ops.py`.")
+
+
+def test_init_writes_where_told(project: Path) -> None:
+    write(project, "ops.py", MODULE)
+    result = invoke("init", "ops.py::custom_op", "-o", "configs/starter.toml")
+    assert result.exit_code == 0
+    written = project / "configs" / "starter.toml"
+    assert "-o configs/starter.toml" in written.read_text().splitlines()[0]
+    assert set(read_config_file(written).functions) == {"custom_op"}
+    assert invoke("run", "ops.py::custom_op", "-c", "configs/starter.toml").exit_code == 0
+
+
+@pytest.mark.parametrize("output", ["ops.py", "pyproject.toml"])
+def test_init_refuses_modules_and_pyproject(project: Path, output: str) -> None:
+    module = write(project, "ops.py", MODULE)
+    before = module.read_text()
+    result = invoke("init", "ops.py", "-o", output, "--force")
+    assert result.exit_code == 2
+    assert "gradcheck init writes a gradcheck.toml of its own" in result.stderr
+    assert module.read_text() == before
+
+
+def test_init_with_nothing_to_check_writes_nothing(project: Path) -> None:
+    (project / "gradcheck.toml").unlink()
+    write(project, "plain.py", "def plain(x):\n    return x\n")
+    result = invoke("init", "plain.py")
+    assert result.exit_code == 5
+    assert not (project / "gradcheck.toml").exists()
+
+
+def test_init_ignores_a_broken_config_it_replaces(project: Path) -> None:
+    write(project, "ops.py", MODULE)
+    (project / "gradcheck.toml").write_text("sed = 1\n")
+    assert invoke("run", "ops.py").exit_code == 2
+    assert invoke("init", "ops.py", "--force").exit_code == 0
+    assert "seed = 0" in (project / "gradcheck.toml").read_text()
+
+
+def test_starter_text_quotes_keys_and_keeps_comments_on_one_line() -> None:
+    assert toml_key("custom_op") == "custom_op"
+    assert toml_key("Ops.apply") == '"Ops.apply"'
+    entries = [
+        StarterEntry("function", "f", "a.py::f", inputs=(StarterInput("x", (3,)),)),
+        StarterEntry("function", "f", "b.py::f", inputs=(StarterInput("x", (4,)),)),
+        StarterEntry("layer", "Dense2", "a.py::Dense2", failure="raised\nValueError: two\nlines"),
+    ]
+    text = render_starter(entries, "gradcheck init a.py b.py")
+    assert text.count("[functions.f]") == 1  # a table is keyed by name: one for both modules
+    assert "# a.py::f (the same table applies to b.py::f)" in text
+    assert "[layers.Dense2]\n# TODO: raised ValueError: two lines\n" in text
+    assert tomllib.loads(text)["functions"]["f"]["inputs"] == {"x": [3]}
