@@ -158,6 +158,25 @@ def describe_exception(error: BaseException, path: str | None) -> str:
     return f"{where}: {text}" if where else text
 
 
+def user_line(error: BaseException, path: str | None) -> int | None:
+    """The line of the deepest frame of ``error`` (or its causes) in the user's file."""
+    if path is None:
+        return None
+    wanted = Path(path).resolve()
+    current: BaseException | None = error
+    seen: list[BaseException] = []
+    while current is not None and current not in seen:
+        seen.append(current)
+        for frame in reversed(traceback.extract_tb(current.__traceback__)):
+            try:
+                if Path(frame.filename).resolve() == wanted:
+                    return frame.lineno
+            except OSError:  # pragma: no cover - unreadable frame paths
+                continue
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def user_traceback(error: BaseException, path: str | None) -> str:
     """The formatted traceback of ``error``, from the first frame in the user's file on.
 
@@ -430,13 +449,13 @@ class _Check:
                 values = draw_values(candidate, subject_rng(self.settings.seed, self.subject.name, 0))
                 try:
                     outputs = harness.outputs(values)
-                except Exception as error:  # the forward refused these shapes
+                except Exception as error:  # the forward refused these shapes (or these values)
                     if raised_by_gradcheck(error):
                         raise
                     harness.restore()
                     last_error = error
                     errors.append(error)
-                    break
+                    continue
                 finally:
                     harness.restore()
                 if not outputs:
@@ -489,7 +508,13 @@ class _Check:
         except UserCodeError as error:
             cause = error.__cause__ or error
             self.problems.append(
-                Problem("exception", None, str(error), traceback=user_traceback(cause, self.subject.path))
+                Problem(
+                    "exception",
+                    None,
+                    str(error),
+                    traceback=user_traceback(cause, self.subject.path),
+                    line=user_line(cause, self.subject.path),
+                )
             )
             return "error"
         finally:
@@ -529,6 +554,7 @@ class _Check:
                     None,
                     f"forward pass raised: {describe_exception(error, self.subject.path)}",
                     traceback=user_traceback(error, self.subject.path),
+                    line=user_line(error, self.subject.path),
                 )
             )
             return "error"
@@ -707,6 +733,7 @@ class _Check:
                     None,
                     f"{where}: {describe_exception(error, path)}",
                     traceback=user_traceback(error, path),
+                    line=user_line(error, path),
                 )
             ]
         for record in records:
@@ -722,6 +749,7 @@ class _Check:
                     None,
                     f"TensorFlow raised after the backward function returned: {describe_exception(error, path)}",
                     traceback=user_traceback(error, path),
+                    line=user_line(error, path),
                 )
             )
         keyword_inputs = any(a.keyword for a in self.plan.differentiable) if self.plan else False
@@ -1411,7 +1439,6 @@ class _Check:
             max_abs_error=worst.abs_error,
             max_rel_error=worst.rel_error,
             worst_index=located.worst_index if located is not None else None,
-            heatmap=compare.heat_map(got, localiser) if localiser is not None else None,
             order=order,
         )
 

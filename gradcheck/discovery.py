@@ -124,6 +124,26 @@ def _may_define_custom_gradients(path: Path) -> bool:
     return any(marker in text for marker in _MARKERS)
 
 
+def find_definition(root: Path, name: str) -> Path | None:
+    """A Python file below ``root`` whose text defines ``name`` (``func``, ``Class`` or ``Class.method``).
+
+    Read as text, never imported: this only tells a config name that belongs
+    to a module outside this run's targets from a misspelt one.
+    """
+    owner, _, member = name.rpartition(".")
+    patterns = [re.compile(rf"^\s*(?:async\s+)?def\s+{re.escape(member)}\b|^\s*class\s+{re.escape(member)}\b", re.M)]
+    if owner:
+        patterns.append(re.compile(rf"^class\s+{re.escape(owner)}\b", re.M))
+    for path in walk_python_files(root):
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if all(pattern.search(text) for pattern in patterns):
+            return path
+    return None
+
+
 def resolve_target(spec: str) -> Target:
     """Turn one command-line target into files, or raise :class:`TargetError`."""
     location, _, selector = spec.partition("::")

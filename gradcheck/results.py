@@ -116,6 +116,8 @@ class Problem:
     """Element-wise values for pictures; not part of the JSON report."""
     order: int = 1
     """1 for the gradient itself, 2 for the gradient of the gradient (``--order 2``)."""
+    line: int | None = None
+    """The line of the user's file the problem points at (where their code raised), if any."""
     traceback: str | None = field(default=None, compare=False)
     """The formatted traceback of an ``exception`` (or ``execution``) problem, from the
     first frame in the user's file on; shown with ``-v`` and in JUnit ``<error>``
@@ -135,6 +137,7 @@ class Problem:
             "worst_index": list(self.worst_index) if self.worst_index is not None else None,
             "hint": self.hint,
             "order": self.order,
+            "line": self.line,
         }
 
 

@@ -24,7 +24,7 @@ from gradcheck.config import (
     merged_settings,
     read_config_file,
 )
-from gradcheck.discovery import Subject, find_subjects, load_module, resolve_target, select
+from gradcheck.discovery import Subject, find_definition, find_subjects, load_module, resolve_target, select
 from gradcheck.errors import ConfigError, TargetError
 from gradcheck.results import DEFAULT_FAIL_ON, Result, RunReport
 
@@ -118,17 +118,25 @@ def collect(options: RunOptions, read_configs: bool = True) -> list[PlannedCheck
 
 
 def _check_config_names(config: Config, subjects: list[Subject]) -> None:
-    """A config table naming a function the targets do not define is an error."""
+    """A config table naming a function that is defined nowhere is an error (a misspelt name).
+
+    Names are looked for among the targets, then (without importing) in the
+    Python files below the config's folder, so that one config shared by
+    several modules still lets a run check one of them.
+    """
     for kind, table in (("function", config.functions), ("layer", config.layers)):
         defined = [s.name for s in subjects if s.kind == kind]
         for name in table:
-            if name not in defined:
-                plural = "functions" if kind == "function" else "layers"
-                known = f"; the targets define {', '.join(defined)}" if defined else ""
-                raise ConfigError(
-                    f"{config.label}: {plural}.{name}: no {kind} named '{name}' in the targets"
-                    f"{closest(name, defined)}{known}"
-                )
+            if name in defined:
+                continue
+            if config.path is not None and find_definition(config.path.parent, name) is not None:
+                continue
+            plural = "functions" if kind == "function" else "layers"
+            known = f"; the targets define {', '.join(defined)}" if defined else ""
+            raise ConfigError(
+                f"{config.label}: {plural}.{name}: no {kind} named '{name}' in the targets"
+                f"{closest(name, defined)}{known}"
+            )
 
 
 def reproduce_command(subject: Subject, settings: Settings, options: RunOptions) -> str:

@@ -156,8 +156,9 @@ def test_github_annotations_line_by_line(project: Path) -> None:
         assert "%0Areproduce: gradcheck run ops.py::bad --seed 0" in line  # newlines escaped
         assert "\n" not in line
     (raised,) = [line for line in lines if "::raises" in line]
-    # An exception is annotated at the function's def; its message is escaped: % -> %25.
-    assert raised.startswith(f"::error file=ops.py,line={_line_of(module, 'def raises')},title=gradcheck::raises (")
+    # An exception is annotated at the user's line that raised; its message is escaped: % -> %25.
+    raising_line = _line_of(module, 'raise ValueError("backward is 100% broken: a, b")')
+    assert raised.startswith(f"::error file=ops.py,line={raising_line},title=gradcheck::raises (")
     assert "backward is 100%25 broken: a, b" in raised
     (skipped,) = [line for line in lines if "picky" in line]
     assert skipped.startswith(f"::warning file=ops.py,line={_line_of(module, 'def picky')},title=gradcheck::")

@@ -355,3 +355,18 @@ def test_help_and_import_do_not_import_tensorflow(tmp_path: Path) -> None:
     result = _subprocess(["-c", probe], cwd=tmp_path)
     assert result.stdout.strip().splitlines()[-1] == "False", result.stderr
     assert "--gradcheck=PATH" in result.stdout  # the plugin was loaded
+
+
+def test_a_shared_config_lets_one_module_of_several_run(project: Path) -> None:
+    write(project, "a.py", GOOD)
+    write(project, "b.py", GOOD.replace("square", "cube"))
+    write(
+        project, "gradcheck.toml", "[functions.square]\ninputs = { x = [3] }\n[functions.cube]\ninputs = { x = [4] }\n"
+    )
+    assert invoke("run", "a.py").exit_code == 0
+    assert invoke("run", "b.py::cube").exit_code == 0
+    write(
+        project, "gradcheck.toml", "[functions.square]\ninputs = { x = [3] }\n[functions.cueb]\ninputs = { x = [4] }\n"
+    )
+    misspelt = invoke("run", "a.py")
+    assert misspelt.exit_code == 2 and "functions.cueb" in misspelt.stderr

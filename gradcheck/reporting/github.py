@@ -39,7 +39,10 @@ def workflow_command(command: str, message: str, **properties: str | int | None)
 
 
 def annotation_line(result: Result, problem: Problem | None) -> int | None:
-    """The line to annotate: the backward function's ``def`` for what it returned, else the function's."""
+    """The line to annotate: where the user's code raised, else the backward function's ``def``
+    for what it returned, else the function's."""
+    if problem is not None and problem.line:
+        return problem.line
     in_backward = (
         problem is not None
         and problem.check in BACKWARD_CHECKS
