@@ -742,12 +742,12 @@ class Harness:
         scales: list[np.ndarray] = []
         rows = self._batch_rows(name)
         for start in range(0, perturbations.count, rows):
-            stacked = perturbations.apply(base, start, start + rows)
-            tensors[name] = tf.constant(stacked, dtype=leaf.spec.dtype)
+            stacked = perturbations.tensor(base, start, start + rows, leaf.spec.dtype)
+            tensors[name] = stacked
             args, kwargs = self._arguments(tensors)
             self.forward_evaluations += 1
             outputs = self._float_outputs(self.target.native(args, kwargs))
-            total, scale = _stacked_loss(outputs, upstream_list, len(stacked))
+            total, scale = _stacked_loss(outputs, upstream_list, int(stacked.shape[0]))
             totals.append(total)
             scales.append(scale)
         return np.concatenate(totals), np.concatenate(scales)
@@ -939,6 +939,24 @@ class Perturbations:
         chosen = (self._rows >= start) & (self._rows < stop)  # type: ignore[operator]
         np.add.at(stacked, (self._rows[chosen] - start, self._elements[chosen]), self._amounts[chosen])  # type: ignore[index]
         return stacked.reshape((stop - start, *self.shape))
+
+    def tensor(self, base: np.ndarray, start: int, stop: int, dtype: str) -> Any:
+        """:meth:`apply` as a TensorFlow tensor, built by TensorFlow: a tiled copy of ``base``
+        with the few moved elements scattered in, without a stack-sized numpy array in between."""
+        tf = _tf.tensorflow()
+        stop = min(stop, self.count)
+        if self._dense is not None:
+            return tf.constant(self.apply(base, start, stop), dtype=dtype)
+        rows = stop - start
+        chosen = (self._rows >= start) & (self._rows < stop)  # type: ignore[operator]
+        indices = np.stack([self._rows[chosen] - start, self._elements[chosen]], axis=1)  # type: ignore[index]
+        flat = tf.constant(base.reshape(1, -1), dtype=dtype)
+        stacked = tf.tensor_scatter_nd_add(
+            tf.tile(flat, [rows, 1]),
+            indices,
+            tf.constant(self._amounts[chosen], dtype=dtype),  # type: ignore[index]
+        )
+        return tf.reshape(stacked, (rows, *self.shape))
 
     def row(self, index: int) -> np.ndarray:
         """Row ``index`` as a whole array."""
