@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -50,3 +52,30 @@ def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def blamed(result: dict[str, Any]) -> set[tuple[str, str | None]]:
     """The (check, input) pairs of a result's problems."""
     return {(problem["check"], problem["input"]) for problem in result["problems"]}
+
+
+#: A custom gradient that accepts no small guessed shape: it is skipped unless configured.
+PICKY = """
+    import tensorflow as tf
+
+
+    @tf.custom_gradient
+    def picky(x):
+        tf.debugging.assert_equal(tf.shape(x), [7, 11])
+        def grad(dy):
+            return dy
+        return tf.identity(x), grad
+"""
+
+
+def load_copy(path: Path) -> Any:
+    """A fresh import of a fixture module under a private name, for ``gradcheck.check`` on its objects."""
+    spec = importlib.util.spec_from_file_location(f"fixture_copy_{id(path)}_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(spec.name, None)
+    return module

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, by_name, invoke, run_json, write
+from tests.helpers import PICKY, REPO, by_name, invoke, run_json, write
 
 GOOD = """
     import tensorflow as tf
@@ -256,20 +256,7 @@ def test_directory_target_skips_hidden_and_virtualenv_folders(project: Path) -> 
 
 
 def test_strict_fails_a_skipped_function(project: Path) -> None:
-    write(
-        project,
-        "ops.py",
-        """
-        import tensorflow as tf
-
-        @tf.custom_gradient
-        def picky(x):
-            tf.debugging.assert_equal(tf.shape(x), [7, 11])
-            def grad(dy):
-                return dy
-            return tf.identity(x), grad
-        """,
-    )
+    write(project, "ops.py", PICKY)
     relaxed = invoke("run", "ops.py")
     assert relaxed.exit_code == 0
     assert "SKIPPED" in relaxed.stdout and "[functions.picky]" in relaxed.stdout

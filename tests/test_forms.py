@@ -6,8 +6,6 @@ sits beside a correct one.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ import numpy as np
 import pytest
 
 import gradcheck
-from tests.helpers import FIXTURES, blamed, by_name, copy_fixture, invoke, run_json
+from tests.helpers import FIXTURES, blamed, by_name, copy_fixture, invoke, load_copy, run_json
 
 # name -> (status, {(check, input, execution)})
 VERDICTS: dict[str, tuple[str, set[tuple[str, str | None, str | None]]]] = {
@@ -114,7 +112,7 @@ def test_variables_are_checked_by_name_and_restored(forms: Path, report: dict[st
     problem = report["apply_gain_no_variables"]["problems"][0]
     assert "reads the variable gain" in problem["message"] and "variables=None" in problem["hint"]
     # A fresh import of the module, checked in this process: its variable keeps its value.
-    module = _load(forms / "forms_ops.py")
+    module = load_copy(forms / "forms_ops.py")
     before = module.gain.numpy().copy()
     for function in (module.apply_gain, module.apply_gain_wrong, module.apply_gain_no_variables):
         gradcheck.check(function, inputs={"x": (4, 3)})
@@ -179,18 +177,6 @@ def test_low_precision_compares_with_a_float64_reference(forms: Path) -> None:
         assert blamed(wrong["results"][0]) == {("native", "W"), ("numeric", "W")}
 
 
-def _load(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(f"forms_copy_{id(path)}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(spec.name, None)
-    return module
-
-
 CHECK_INPUTS: dict[str, dict[str, Any]] = {
     "sincos": {"inputs": {"x": (5,)}},
     "sincos_ignores_cos": {"inputs": {"x": (5,)}},
@@ -211,7 +197,7 @@ CHECK_INPUTS: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("name", sorted(CHECK_INPUTS))
 def test_verdicts_through_the_python_api(forms: Path, name: str) -> None:
-    module = _load(forms / "forms_ops.py")
+    module = load_copy(forms / "forms_ops.py")
     result = gradcheck.check(getattr(module, name), **CHECK_INPUTS[name])
     status, problems = VERDICTS[name]
     assert result.status == status, result.problems
@@ -219,7 +205,7 @@ def test_verdicts_through_the_python_api(forms: Path, name: str) -> None:
 
 
 def test_layers_through_the_python_api(forms: Path) -> None:
-    module = _load(forms / "forms_ops.py")
+    module = load_copy(forms / "forms_ops.py")
     tutorial = gradcheck.check(module.CustomLayer, init={"out_dim": 3}, inputs={"A": (6, 4)})
     assert tutorial.kind == "layer" and tutorial.status == "failed"
     assert {(p.check, p.execution) for p in tutorial.problems} == {("variables", "eager")}

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 
 from gradcheck import _tf
+from tests.helpers import PICKY
 
 # Import TensorFlow before pytester snapshots sys.modules: pytester drops the modules an
 # inner run imported, and TensorFlow cannot be imported a second time in one process.
@@ -26,18 +29,6 @@ def cube(x):
     def grad(dy):
         return 2.0 * x * x * dy  # should be 3 x^2
     return x * x * x, grad
-"""
-
-PICKY = """
-import tensorflow as tf
-
-
-@tf.custom_gradient
-def picky(x):
-    tf.debugging.assert_equal(tf.shape(x), [7, 11])
-    def grad(dy):
-        return dy
-    return tf.identity(x), grad
 """
 
 
@@ -93,7 +84,7 @@ def test_keyword_and_node_id_selection(gradcheck_project: pytest.Pytester) -> No
 
 
 def test_the_config_is_honoured(gradcheck_project: pytest.Pytester) -> None:
-    gradcheck_project.makepyfile(ops=PICKY)
+    gradcheck_project.makepyfile(ops=textwrap.dedent(PICKY))
     without = run(gradcheck_project, "--gradcheck", "ops.py", "-rs")
     without.assert_outcomes(skipped=1)
     without.stdout.fnmatch_lines(["*no shapes configured for x*[[]functions.picky[]]*"])
@@ -106,7 +97,7 @@ def test_the_config_is_honoured(gradcheck_project: pytest.Pytester) -> None:
 
 
 def test_a_bad_config_is_a_one_line_collection_error(gradcheck_project: pytest.Pytester) -> None:
-    gradcheck_project.makepyfile(ops=PICKY)
+    gradcheck_project.makepyfile(ops=textwrap.dedent(PICKY))
     gradcheck_project.makefile(".toml", gradcheck="[functions.pciky]\ninputs = { x = [7, 11] }\n")
     result = run(gradcheck_project, "--gradcheck", "ops.py")
     assert result.ret == pytest.ExitCode.INTERRUPTED

@@ -5,9 +5,7 @@ No timings here: the times live in benchmarks/bench_compare.py and the README.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,26 +13,14 @@ import pytest
 
 import gradcheck
 from gradcheck import _tf
-from tests.helpers import FIXTURES, by_name, copy_fixture, run_json
+from tests.helpers import FIXTURES, by_name, copy_fixture, load_copy, run_json
 
 tf = pytest.importorskip("tensorflow")
 
 
-def _load(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(f"counted_{id(path)}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(spec.name, None)
-    return module
-
-
 @pytest.fixture
 def counted() -> Any:
-    return _load(FIXTURES / "perf" / "counted_ops.py")
+    return load_copy(FIXTURES / "perf" / "counted_ops.py")
 
 
 def _forward_calls(module: Any, name: str, **settings: Any) -> tuple[int, Any]:

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from gradcheck import progress
 from gradcheck.results import Result
-from tests.helpers import invoke, run_json, write
+from tests.helpers import PICKY, invoke, run_json, write
 
 #: One function passes, one fails on values (with a heat map), one raises in its backward function.
 MIXED = """
@@ -40,17 +40,6 @@ MIXED = """
         return x * x, grad
 """
 
-PICKY = """
-    import tensorflow as tf
-
-
-    @tf.custom_gradient
-    def picky(x):
-        tf.debugging.assert_equal(tf.shape(x), [7, 11])
-        def grad(dy):
-            return dy
-        return tf.identity(x), grad
-"""
 
 #: Colour escape codes (foreground or background), as opposed to bold or dim.
 _COLOUR = re.compile(r"\x1b\[[0-9;]*(3[0-8]|4[0-8]|9[0-7])[;m]")
