@@ -9,6 +9,7 @@ into TOML text; nothing here writes files or prints.
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,10 @@ class StarterEntry:
     """Constructor arguments (layers and classes of methods); written as a placeholder when needed."""
     needs_init: bool = False
     """The class could not be built without arguments."""
+    parameters: tuple[str, ...] = ()
+    """The required arguments of the function (a layer's ``call``), for the placeholder."""
+    init_parameters: tuple[str, ...] = ()
+    """The required constructor arguments of a layer or a method's class, for the placeholder."""
 
     @property
     def table(self) -> str:
@@ -67,14 +72,19 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0) -> list[StarterEntr
         subject = request.subject
         guess = guess_shapes(request)
         if guess.plan is None:
-            needs_init = subject.binding == "method" and "could not construct" in (guess.failure or "")
+            failure = guess.failure or "no shapes found"
+            needs_init = subject.binding in ("method", "layer") and (
+                "could not construct" in failure or "needs constructor arguments" in failure
+            )
             entries.append(
                 StarterEntry(
                     kind=subject.kind,
                     name=subject.name,
                     id=subject.id,
-                    failure=guess.failure or "no shapes found",
+                    failure=failure,
                     needs_init=needs_init,
+                    parameters=_required(_called(subject), skip_first=subject.binding in ("method", "layer")),
+                    init_parameters=_required(subject.owner, skip_first=False) if needs_init else (),
                 )
             )
             continue
@@ -85,6 +95,27 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0) -> list[StarterEntr
         )
         entries.append(StarterEntry(kind=subject.kind, name=subject.name, id=subject.id, inputs=inputs))
     return entries
+
+
+def _called(subject: Any) -> Any:
+    """What a check calls: the layer's ``call``, else the undecorated function."""
+    return subject.owner.call if subject.kind == "layer" else subject.forward
+
+
+def _required(function: Any, skip_first: bool) -> tuple[str, ...]:
+    """Names of the parameters without defaults (``self`` left out for methods)."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return ()
+    if skip_first and parameters and parameters[0].name in ("self", "cls"):
+        parameters = parameters[1:]
+    return tuple(
+        p.name
+        for p in parameters
+        if p.default is inspect.Parameter.empty
+        and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    )
 
 
 def toml_key(name: str) -> str:
@@ -136,8 +167,10 @@ def render_starter(entries: list[StarterEntry], command: str) -> str:
         if entry.failure is not None:
             lines.append(_comment(f"TODO: {entry.failure}"))
             if entry.needs_init:
-                lines.append("# init = { }  # the constructor's keyword arguments")
-            lines.append("# inputs = { x = [4, 5] }  # the shape of each argument, in order")
+                arguments = ", ".join(f"{toml_key(name)} = ..." for name in entry.init_parameters)
+                lines.append(f"# init = {{ {arguments} }}  # the constructor's keyword arguments")
+            placeholder = ", ".join(f"{toml_key(name)} = [4, 5]" for name in entry.parameters) or "x = [4, 5]"
+            lines.append(f"# inputs = {{ {placeholder} }}  # the shape of each argument, in order")
             continue
         if not entry.inputs:
             lines.append("# every argument has a default or is configured: nothing to guess")

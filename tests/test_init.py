@@ -145,3 +145,37 @@ def test_starter_text_quotes_keys_and_keeps_comments_on_one_line() -> None:
     assert "# a.py::f (the same table applies to b.py::f)" in text
     assert "[layers.Dense2]\n# TODO: raised ValueError: two lines\n" in text
     assert tomllib.loads(text)["functions"]["f"]["inputs"] == {"x": [3]}
+
+
+def test_init_writes_placeholders_with_the_real_argument_names(project: Path) -> None:
+    (project / "gradcheck.toml").unlink()
+    write(
+        project,
+        "layers.py",
+        """
+        import keras
+        import tensorflow as tf
+
+        @tf.custom_gradient
+        def custom_op(A, W):
+            def grad(dy):
+                return tf.matmul(dy, W, transpose_b=True), tf.matmul(A, dy, transpose_a=True)
+            return tf.matmul(A, W), grad
+
+        class Dense(keras.layers.Layer):
+            def __init__(self, out_dim, **kwargs):
+                super().__init__(**kwargs)
+                self.out_dim = out_dim
+
+            def build(self, input_shape):
+                self.W = self.add_weight(shape=(input_shape[-1], self.out_dim))
+
+            def call(self, A):
+                return custom_op(A, tf.convert_to_tensor(self.W))
+        """,
+    )
+    assert invoke("init", "layers.py").exit_code == 0
+    text = (project / "gradcheck.toml").read_text()
+    assert "[layers.Dense]\n# TODO: Dense(...) needs constructor arguments" in text
+    assert "# init = { out_dim = ... }" in text
+    assert "# inputs = { A = [4, 5] }" in text
