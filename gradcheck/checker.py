@@ -921,12 +921,25 @@ class _Check:
                 )
             ]
         problems = []
+        shapes = {name: tuple(variable.shape.as_list()) for name, variable in zip(names, record.variables)}
         for name, variable, gradient in zip(names, record.variables, returned):
-            shape = tuple(variable.shape.as_list())
+            shape = shapes[name]
             dtype = variable.dtype.name
             if gradient.kind == "none":
                 continue
             if gradient.shape is not None and None not in gradient.shape and tuple(gradient.shape) != shape:
+                others = [
+                    other
+                    for other, other_shape in shapes.items()
+                    if other != name and other_shape == tuple(gradient.shape)
+                ]
+                hint = (
+                    f"it has the shape of {others[0]}: match the variable gradients to the variables list "
+                    "by identity, not by position (TensorFlow orders that list differently eagerly and in "
+                    "tf.function)"
+                    if others
+                    else compare.shape_hint(name, gradient.shape, shape, {}, {})
+                )
                 problems.append(
                     Problem(
                         "variables",
@@ -935,7 +948,7 @@ class _Check:
                         f"the variable {_fmt_shape(shape)}",
                         expected=_fmt_shape(shape),
                         got=_fmt_shape(gradient.shape),
-                        hint="match variable gradients to the variables list by identity, not by position",
+                        hint=hint,
                     )
                 )
             elif gradient.dtype is not None and gradient.dtype != dtype:
@@ -1205,7 +1218,7 @@ class _Check:
                 losses, base, name, scale, step, reference_dtype, source.symmetric, accept=acceptable
             )
             strategy, why = self.reference.batching.get(name, ("", "")) if self.reference else ("", "")
-            if strategy == "loop":
+            if strategy == "loop" and source.kind == "input":
                 notes.append(
                     f"finite differences of {name} were evaluated one perturbation at a time: "
                     f"the function cannot be batched ({why})"

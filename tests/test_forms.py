@@ -230,3 +230,8 @@ def test_order_2_on_the_command_line(forms: Path) -> None:
 
 def test_fixture_directory_is_what_the_test_copies() -> None:
     assert (FIXTURES / "forms" / "forms_ops.py").is_file()
+
+
+def test_variable_gradient_shape_hint(report: dict[str, Any]) -> None:
+    problem = report["apply_gain_wrong_shape"]["problems"][0]
+    assert "missing sum over the broadcast axis 0" in problem["hint"]
