@@ -51,6 +51,8 @@ class ProgressBar:
 
     def __enter__(self) -> ProgressBar:
         self._progress.start()
+        # Until the first module is imported, the checker process is starting (TensorFlow's import).
+        self._task = self._progress.add_task("[bold]starting[/] the checker", total=None)
         return self
 
     def __exit__(
@@ -60,20 +62,14 @@ class ProgressBar:
 
     def on_import(self, path: str) -> None:
         """A module is being imported (before the functions to check are known)."""
-        description = f"[bold]importing[/] {escape(path)}"
-        if self._task is None:
-            self._task = self._progress.add_task(description, total=None)
-        else:
-            self._progress.update(self._task, description=description)
+        self._progress.update(self._task, description=f"[bold]importing[/] {escape(path)}")
 
     def on_start(self, function_id: str, index: int, total: int) -> None:
         """A function is about to be checked."""
-        description = f"[bold]checking[/] {escape(function_id)}"
-        if self._task is None:
-            self._task = self._progress.add_task(description, total=total)
-        self._progress.update(self._task, description=description, completed=index, total=total)
+        self._progress.update(
+            self._task, description=f"[bold]checking[/] {escape(function_id)}", completed=index, total=total
+        )
 
     def on_result(self, result: Result, index: int, total: int) -> None:
         """A function's check is done."""
-        if self._task is not None:
-            self._progress.update(self._task, completed=index + 1)
+        self._progress.update(self._task, completed=index + 1)

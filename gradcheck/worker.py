@@ -422,8 +422,15 @@ class _Run:
                 self.end_after_failure(message)
 
     def end_after_failure(self, message: Any) -> None:
-        """A Refused or Crashed message: end the worker's run and raise the matching error."""
-        self.finish_worker()
+        """A Refused or Crashed message: end the worker's run and raise the matching error.
+
+        After bad input the worker has put everything back and is kept; after a
+        bug in gradcheck nothing it holds can be trusted, so it is stopped.
+        """
+        if isinstance(message, Refused):
+            self.finish_worker()
+        else:
+            self.discard_worker()
         if isinstance(message, Refused):
             error = UsageError(message.message)
             error.details = message.details  # type: ignore[attr-defined]

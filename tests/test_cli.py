@@ -357,3 +357,9 @@ def test_a_shared_config_lets_one_module_of_several_run(project: Path) -> None:
     )
     misspelt = invoke("run", "a.py")
     assert misspelt.exit_code == 2 and "functions.cueb" in misspelt.stderr
+
+
+def test_several_selectors_on_one_file_check_each_function_once(project: Path) -> None:
+    write(project, "ops.py", GOOD + BAD.replace("square", "cube").replace("import tensorflow as tf", ""))
+    assert list(by_name(run_json("ops.py::cube", "ops.py::square"))) == ["cube", "square"]
+    assert list(by_name(run_json("ops.py", "ops.py::square"))) == ["square", "cube"]

@@ -303,6 +303,23 @@ def test_device_cpu_places_the_checks_on_the_cpu(project: Path) -> None:
     assert invoke("run", "recorder.py", "--device", "auto").exit_code == 0
 
 
+def test_check_on_the_gpu_without_one_is_a_usage_error(project: Path) -> None:
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("this machine has a GPU")
+    write(project, "recorder.py", RECORDER)
+    sys.path.insert(0, str(project))
+    try:
+        import recorder
+    finally:
+        sys.path.remove(str(project))
+    try:
+        with pytest.raises(gradcheck.UsageError, match="device='gpu': TensorFlow sees no GPU"):
+            gradcheck.check(recorder.records, inputs={"x": (3,)}, device="gpu")
+        assert recorder.SEEN == []
+    finally:
+        sys.modules.pop("recorder", None)
+
+
 @pytest.mark.skipif(not tf.config.list_physical_devices("GPU"), reason="needs a GPU")
 def test_device_gpu_places_the_checks_on_the_gpu(project: Path) -> None:
     write(project, "recorder.py", RECORDER)

@@ -433,3 +433,59 @@ def test_ctrl_c_prints_the_results_so_far_leaves_no_partial_report_and_exits_130
     assert report["not_checked"] == ["two.py::second"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gradcheck.toml", "report.json", "second-started", "two.py"]
     assert (tmp_path / "two.py").read_bytes() == module_before
+
+
+# -- what the user's code prints, and bugs of gradcheck's own ---------------------------------
+
+PRINTS = """
+    import os
+
+    import tensorflow as tf
+
+    print("printed at import")
+    os.write(1, b"written to file descriptor 1 at import\\n")
+
+    @tf.custom_gradient
+    def square(x):
+        print("printed in the forward pass")
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+"""
+
+
+def test_what_the_users_code_prints_goes_to_stderr_never_into_the_report(project: Path) -> None:
+    write(project, "prints.py", PRINTS)
+    write(project, "gradcheck.toml", "[functions.square]\ninputs = { x = [3] }\n")
+    result = invoke("run", "prints.py", "--format", "json")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["summary"]["passed"] == 1  # standard output holds the document alone
+    for line in ("printed at import", "written to file descriptor 1 at import", "printed in the forward pass"):
+        assert line in result.stderr
+
+
+SABOTAGE = """
+    import gradcheck.checker
+    import tensorflow as tf
+
+    gradcheck.checker.input_records = None  # gradcheck's own code now fails, outside the user's
+
+    @tf.custom_gradient
+    def square(x):
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+"""
+
+
+def test_a_bug_met_in_the_worker_is_an_internal_error_with_its_traceback(project: Path) -> None:
+    write(project, "sabotage.py", SABOTAGE)
+    write(project, "gradcheck.toml", "[functions.square]\ninputs = { x = [3] }\n")
+    result = invoke("run", "sabotage.py")
+    assert result.exit_code == 3
+    assert "Traceback" in result.stderr and "gradcheck/checker.py" in result.stderr
+    assert "TypeError: 'NoneType' object is not callable" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("gradcheck: internal error: this is a bug in gradcheck")
+    # That worker was stopped, not kept: the next run checks with gradcheck's code intact.
+    write(project, "ops.py", SABOTAGE.replace("gradcheck.checker.input_records = None", ""))
+    assert invoke("run", "ops.py").exit_code == 0
