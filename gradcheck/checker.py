@@ -40,7 +40,7 @@ import numpy as np
 
 from gradcheck import _tf, compare, state
 from gradcheck.config import Settings, SubjectConfig
-from gradcheck.discovery import Subject
+from gradcheck.discovery import Subject, import_root
 from gradcheck.inputs import (
     CallPlan,
     candidate_shapes,
@@ -1757,7 +1757,8 @@ def _checking(request: CheckRequest) -> Iterator[None]:
     """
     tf = _tf.tensorflow()
     subject = request.subject
-    roots = [Path(subject.path).resolve().parent] if subject.path and not subject.path.startswith("<") else []
+    source = Path(subject.path) if subject.path and not subject.path.startswith("<") else None
+    roots = [import_root(source)] if source is not None and source.is_file() else []
     with state.preserved(roots):
         if request.module_state is not None:
             request.module_state.apply()

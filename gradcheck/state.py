@@ -28,6 +28,7 @@ are taken out.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import signal
@@ -144,9 +145,13 @@ class Snapshot:
             resolved = str(Path(file).resolve())
         except (OSError, ValueError):
             return False
-        if resolved.startswith(self.site_dirs) or resolved.startswith(_GRADCHECK_DIR):
+        if any(_below(resolved, folder) for folder in (*self.site_dirs, _GRADCHECK_DIR)):
             return False
-        return any(resolved.startswith(root) for root in self.roots)
+        return any(_below(resolved, root) for root in self.roots)
+
+
+def _below(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _getcwd() -> str | None:
@@ -163,6 +168,7 @@ def _set_sigint(handler: Any) -> None:
         signal.signal(signal.SIGINT, handler)
 
 
+@functools.lru_cache(maxsize=1)
 def _site_dirs() -> tuple[str, ...]:
     """Where installed libraries and the standard library live."""
     dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
@@ -178,11 +184,9 @@ def _site_dirs() -> tuple[str, ...]:
 
 
 def capture(roots: Iterable[Path | str] = ()) -> Snapshot:
-    """Record the state now. ``roots``: folders of the user's modules, besides the current directory."""
+    """Record the state now. ``roots``: the folders of the user's modules (their import roots)."""
     cwd = _getcwd()
     folders = [str(Path(root).resolve()) for root in roots]
-    if cwd is not None:
-        folders.append(str(Path(cwd).resolve()))
     tf_loaded = "tensorflow" in sys.modules and hasattr(sys.modules["tensorflow"], "custom_gradient")
     return Snapshot(
         path=list(sys.path),

@@ -235,6 +235,8 @@ class Worker:
             os.close(reply_write)
         self.commands = Connection(command_write, readable=False)
         self.replies = Connection(reply_read, writable=False)
+        self.owner = os.getpid()
+        """The process that started the worker: a forked child must not talk to it too."""
         self.sink: Callable[[str], None] | None = None
         self._synced = threading.Event()
         self._lock = threading.Lock()
@@ -251,12 +253,8 @@ class Worker:
         except OSError as error:  # a broken pipe: the worker is gone
             raise _Stopped("died", _describe_exit(self._exit_code())) from error
 
-    def receive(self, deadline: float | None, max_memory: int | None, what: str) -> Any:
-        """The next message; raise :class:`_Stopped` past ``deadline`` or ``max_memory`` MB, or if the worker dies.
-
-        ``what`` names the work in flight, for the messages (``the check``,
-        ``importing ops.py``).
-        """
+    def receive(self, deadline: float | None, max_memory: int | None) -> Any:
+        """The next message; raise :class:`_Stopped` past ``deadline`` or ``max_memory`` MB, or if the worker dies."""
         while True:
             wait = POLL_SECONDS if (deadline is not None or max_memory is not None) else None
             if deadline is not None:
@@ -296,6 +294,8 @@ class Worker:
             with contextlib.suppress(OSError):
                 connection.close()
         self._reader.join(timeout=5)
+        if not self._reader.is_alive() and self.process.stderr is not None:
+            self.process.stderr.close()
 
     def close(self) -> None:
         """Let an idle worker end on its own (it stops when its input closes), else kill it."""
@@ -357,7 +357,7 @@ def _take_worker() -> Worker:
     global _idle
     with _idle_lock:
         worker, _idle = _idle, None
-    if worker is not None and worker.alive:
+    if worker is not None and worker.alive and worker.owner == os.getpid():
         return worker
     return Worker()
 
@@ -404,9 +404,8 @@ class _Run:
         importing: str | None = None
         while True:
             deadline = time.monotonic() + self.import_timeout if importing and self.import_timeout else None
-            what = f"{importing}: importing the module" if importing else "starting the checker"
             try:
-                message = worker.receive(deadline, self.max_memory if importing else None, what)
+                message = worker.receive(deadline, self.max_memory if importing else None)
             except _Stopped as stopped:
                 self.discard_worker()
                 raise UsageError(
@@ -446,7 +445,7 @@ class _Run:
             return
         try:
             worker.send(End())
-            reply = worker.receive(time.monotonic() + 60, None, "ending the run")
+            reply = worker.receive(time.monotonic() + 60, None)
         except _Stopped:
             worker.kill()
             return
@@ -472,7 +471,7 @@ class _Run:
         deadline = start + function.timeout if function.timeout else None
         try:
             self.worker.send(Check(index))
-            message = self.worker.receive(deadline, self.max_memory, "the check")
+            message = self.worker.receive(deadline, self.max_memory)
         except _Stopped as stopped:
             self.discard_worker()
             return _stopped_result(function, stopped, time.monotonic() - start, self.max_memory)
@@ -747,7 +746,6 @@ def _answer(job: Job, commands: Connection, replies: Connection) -> None:
         if isinstance(command, Check) and plan is not None:
             try:
                 result = session.check_one(plan.requests[command.index])
-            except Exception:
+                replies.send(Finished(command.index, result))
+            except Exception:  # a bug in gradcheck (results are plain records, and pickle)
                 replies.send(Crashed(traceback.format_exc()))
-                continue
-            replies.send(Finished(command.index, result))

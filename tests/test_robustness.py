@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+import gradcheck
 from tests.helpers import blamed, by_name, invoke, run_json, write
 
 FAULTS = """
@@ -295,14 +297,18 @@ def test_a_function_that_sleeps_past_the_timeout_is_an_error_and_the_run_goes_on
 def test_a_hung_tensorflow_op_is_stopped_by_the_timeout_from_the_config(slow: Path) -> None:
     config = (slow / "gradcheck.toml").read_text()
     write(slow, "gradcheck.toml", config.replace("[functions.spins]\n", "[functions.spins]\ntimeout = 2\n"))
-    results = by_name(run_json("slow.py::spins", "slow.py::cube"))
+    report = run_json("slow.py::spins", "slow.py::cube")
+    assert report["exit_code"] == 1
+    results = by_name(report)
     assert results["spins"]["status"] == "error"
     assert "timeout: the check did not finish within 2 s" in results["spins"]["problems"][0]["message"]
     assert results["cube"]["status"] == "passed"
 
 
 def test_a_function_that_allocates_past_the_memory_bound_is_an_error_and_the_run_goes_on(slow: Path) -> None:
-    results = by_name(run_json("slow.py::hogs_memory", "slow.py::cube", "--max-memory", "3000", "--timeout", "40"))
+    report = run_json("slow.py::hogs_memory", "slow.py::cube", "--max-memory", "3000", "--timeout", "40")
+    assert report["exit_code"] == 1
+    results = by_name(report)
     hog = results["hogs_memory"]
     assert hog["status"] == "error"
     assert hog["problems"][0]["check"] == "exception"
@@ -311,7 +317,9 @@ def test_a_function_that_allocates_past_the_memory_bound_is_an_error_and_the_run
 
 
 def test_a_function_that_ends_the_process_is_an_error_and_the_run_goes_on(slow: Path) -> None:
-    results = by_name(run_json("slow.py::ends_the_process", "slow.py::cube"))
+    report = run_json("slow.py::ends_the_process", "slow.py::cube")
+    assert report["exit_code"] == 1
+    results = by_name(report)
     ended = results["ends_the_process"]
     assert ended["status"] == "error"
     assert "the process checking this function died" in ended["problems"][0]["message"]
@@ -489,3 +497,22 @@ def test_a_bug_met_in_the_worker_is_an_internal_error_with_its_traceback(project
     # That worker was stopped, not kept: the next run checks with gradcheck's code intact.
     write(project, "ops.py", SABOTAGE.replace("gradcheck.checker.input_records = None", ""))
     assert invoke("run", "ops.py").exit_code == 0
+
+
+def test_results_travel_between_processes_as_they_are(project: Path) -> None:
+    # The worker sends results to the command line pickled: every field survives, heat maps included.
+    write(project, "wrong.py", FAULTS.replace("return 2.0 * x * dy", "return 3.0 * x * dy"))
+    sys.path.insert(0, str(project))
+    try:
+        import wrong  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(project))
+    try:
+        result = gradcheck.check(wrong.square, inputs={"x": (4, 3)})
+    finally:
+        sys.modules.pop("wrong", None)
+    assert result.status == "failed" and any(p.heatmap is not None for p in result.problems)
+    copy = pickle.loads(pickle.dumps(result))
+    assert copy == result and copy.to_dict() == result.to_dict()
+    assert [p.heatmap for p in copy.problems] == [p.heatmap for p in result.problems]
+    assert [p.traceback for p in copy.problems] == [p.traceback for p in result.problems]
