@@ -1763,7 +1763,7 @@ def _checking(request: CheckRequest) -> Iterator[None]:
         if request.module_state is not None:
             request.module_state.apply()
         state.pin_flags()
-        variables = state.reachable_variables(subject.module, extra=(subject.obj,))
+        variables = state.reachable_variables(subject.module, extra=(subject.obj, subject.forward))
         with (
             state.variables_preserved(variables),
             _tf.quiet_logs(),

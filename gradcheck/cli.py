@@ -103,10 +103,8 @@ def _guarded(command: Callable[..., int]) -> Callable[..., None]:
             code = command(*args, **kwargs)
         except UsageError as error:
             if verbose:
-                # Raised in the worker, the traceback behind the error comes as text.
-                details = getattr(error, "details", None)
-                if details:
-                    click.echo(details.rstrip("\n"), err=True)
+                if error.details:  # raised in the worker: the traceback behind it comes as text
+                    click.echo(error.details.rstrip("\n"), err=True)
                 elif error.__cause__ is not None:
                     traceback.print_exception(error.__cause__, file=sys.stderr)
             click.echo(f"gradcheck: error: {error}", err=True)
@@ -117,9 +115,10 @@ def _guarded(command: Callable[..., int]) -> Callable[..., None]:
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Exception as error:
-            details = getattr(error, "details", None)  # a bug met in the worker: its traceback there
-            if details:
-                click.echo(details.rstrip("\n"), err=True)
+            from gradcheck.worker import WorkerError
+
+            if isinstance(error, WorkerError):  # a bug met in the worker: its traceback there
+                click.echo(error.details.rstrip("\n"), err=True)
             else:
                 traceback.print_exc(file=sys.stderr)
             click.echo(

@@ -39,7 +39,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import Any
 
 import numpy as np
@@ -251,7 +251,9 @@ def reachable_variables(module: ModuleType | None, extra: Iterable[Any] = ()) ->
                 for variable in value.variables:
                     add(variable)
             return
-        closure = getattr(value, "__closure__", None)
+        # Only real functions: asking any other object for __closure__ may run its __getattr__
+        # (a lazy module would import itself).
+        closure = value.__closure__ if isinstance(value, FunctionType) else None
         for cell in closure or ():
             with contextlib.suppress(ValueError):  # an empty cell
                 inner = cell.cell_contents

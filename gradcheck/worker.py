@@ -47,7 +47,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -383,7 +383,6 @@ def _close_idle_worker() -> None:
 class _Run:
     """The parent's bookkeeping of one run."""
 
-    options: Any
     job: Job
     import_timeout: float
     max_memory: int | None
@@ -392,8 +391,6 @@ class _Run:
     on_result: Callable[[Result, int, int], None] | None
     sink: Callable[[str], None] | None
     worker: Worker | None = None
-    planned: Planned | None = None
-    results: list[Result] = field(default_factory=list)
 
     def start_worker(self) -> Planned:
         """A worker with the job collected: its plan, or a UsageError."""
@@ -432,7 +429,7 @@ class _Run:
             self.discard_worker()
         if isinstance(message, Refused):
             error = UsageError(message.message)
-            error.details = message.details  # type: ignore[attr-defined]
+            error.details = message.details
             raise error
         if isinstance(message, Crashed):
             raise WorkerError(message.details)
@@ -583,7 +580,7 @@ def run(
         verbose=verbose,
     )
     sink = on_output or _write_to_stderr
-    runner = _Run(options, job, import_timeout, max_memory, on_import, on_start, on_result, sink)
+    runner = _Run(job, import_timeout, max_memory, on_import, on_start, on_result, sink)
     try:
         planned = runner.start_worker()
     except KeyboardInterrupt:
