@@ -682,18 +682,18 @@ def serve() -> None:
 
 
 def _serve_job(job: Job, commands: Connection, replies: Connection) -> None:
-    saved_path, saved_cwd, saved_environ = list(sys.path), os.getcwd(), dict(os.environ)
+    saved_path, saved_environ = list(sys.path), dict(os.environ)
     sys.path[:] = list(job.sys_path)
     os.environ.clear()
     os.environ.update(job.environ)
-    os.chdir(job.cwd)
     try:
         _answer(job, commands, replies)
     finally:
         sys.path[:] = saved_path
         os.environ.clear()
         os.environ.update(saved_environ)
-        os.chdir(saved_cwd)
+        # An idle worker needs no directory of its own, and the job's may be gone by the next job.
+        os.chdir(os.sep)
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
@@ -707,11 +707,17 @@ def _answer(job: Job, commands: Connection, replies: Connection) -> None:
     _tf.set_verbose(job.verbose)
     plan = None
     try:
+        os.chdir(job.cwd)
         plan = session.plan_run(job.options, on_import=lambda path: replies.send(Importing(path)))
     except UsageError as error:
         cause = error.__cause__
         details = "".join(traceback.format_exception(cause)) if cause is not None else None
         replies.send(Refused(str(error), details))
+    except FileNotFoundError as error:
+        if error.filename != job.cwd:
+            replies.send(Crashed(traceback.format_exc()))
+        else:
+            replies.send(Refused(f"{job.cwd}: the current directory does not exist (any more)", None))
     except Exception:
         replies.send(Crashed(traceback.format_exc()))
     if plan is not None:

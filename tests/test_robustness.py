@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 import gradcheck
+from gradcheck import worker
 from tests.helpers import blamed, by_name, invoke, run_json, write
 
 FAULTS = """
@@ -516,3 +518,16 @@ def test_results_travel_between_processes_as_they_are(project: Path) -> None:
     assert copy == result and copy.to_dict() == result.to_dict()
     assert [p.heatmap for p in copy.problems] == [p.heatmap for p in result.problems]
     assert [p.traceback for p in copy.problems] == [p.traceback for p in result.problems]
+
+
+def test_a_run_after_the_directory_of_the_last_one_was_deleted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The worker kept from one run must not depend on that run's directory.
+    for name in ("first", "second"):
+        write(tmp_path / name, "ops.py", FAULTS)
+        write(tmp_path / name, "gradcheck.toml", FAULTS_CONFIG)
+    monkeypatch.chdir(tmp_path / "first")
+    worker._close_idle_worker()  # the worker starts here, in the directory about to go
+    assert invoke("run", "ops.py::square").exit_code == 0
+    monkeypatch.chdir(tmp_path / "second")
+    shutil.rmtree(tmp_path / "first")
+    assert invoke("run", "ops.py::square").exit_code == 0
