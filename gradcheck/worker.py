@@ -572,9 +572,13 @@ def run(
     (default: this process's standard error).
     """
     start = time.perf_counter()
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:
+        raise UsageError("the current directory does not exist (any more): cd into the project to check") from None
     job = Job(
         options=options,
-        cwd=os.getcwd(),
+        cwd=cwd,
         sys_path=tuple(sys.path),
         environ=dict(os.environ),
         verbose=verbose,
@@ -702,53 +706,79 @@ def _serve_job(job: Job, commands: Connection, replies: Connection) -> None:
 
 
 def _answer(job: Job, commands: Connection, replies: Connection) -> None:
-    from gradcheck import _tf, session
+    from gradcheck import _tf, state
 
     _tf.set_verbose(job.verbose)
-    plan = None
     try:
         os.chdir(job.cwd)
+        _tf.tensorflow()
+    except UsageError as error:  # TensorFlow is not installed
+        replies.send(Refused(str(error), None))
+    except FileNotFoundError:
+        replies.send(Refused(f"{job.cwd}: the current directory does not exist (any more)", None))
+    else:
+        # Whatever the job leaves that the snapshots around imports and checks do not cover
+        # (a package's __init__ run while a dotted target is looked up) ends with the job,
+        # so the next job of this worker starts as this one did.
+        with state.preserved():
+            _plan_and_check(job, commands, replies)
+        return
+    _until_end(commands)
+
+
+def _plan_and_check(job: Job, commands: Connection, replies: Connection) -> None:
+    from gradcheck import session
+
+    plan = None
+    try:
         plan = session.plan_run(job.options, on_import=lambda path: replies.send(Importing(path)))
     except UsageError as error:
         cause = error.__cause__
         details = "".join(traceback.format_exception(cause)) if cause is not None else None
         replies.send(Refused(str(error), details))
-    except FileNotFoundError as error:
-        if error.filename != job.cwd:
-            replies.send(Crashed(traceback.format_exc()))
-        else:
-            replies.send(Refused(f"{job.cwd}: the current directory does not exist (any more)", None))
     except Exception:
         replies.send(Crashed(traceback.format_exc()))
-    if plan is not None:
-        replies.send(
-            Planned(
-                functions=tuple(
-                    PlannedFunction(
-                        id=r.subject.id,
-                        name=r.subject.name,
-                        kind=r.subject.kind,
-                        path=r.subject.path,
-                        line=r.subject.line,
-                        timeout=r.settings.timeout,
-                        reproduce=r.reproduce,
-                    )
-                    for r in plan.requests
-                ),
-                seed=plan.seed,
-                fail_on=plan.fail_on,
-            )
+    if plan is None:
+        _until_end(commands)
+        return
+    replies.send(
+        Planned(
+            functions=tuple(
+                PlannedFunction(
+                    id=r.subject.id,
+                    name=r.subject.name,
+                    kind=r.subject.kind,
+                    path=r.subject.path,
+                    line=r.subject.line,
+                    timeout=r.settings.timeout,
+                    reproduce=r.reproduce,
+                )
+                for r in plan.requests
+            ),
+            seed=plan.seed,
+            fail_on=plan.fail_on,
         )
+    )
     while True:
-        try:
-            command = commands.recv()
-        except (EOFError, OSError):
-            os._exit(0)  # the parent is gone: nobody wants the rest
+        command = _next_command(commands)
         if isinstance(command, End):
             return
-        if isinstance(command, Check) and plan is not None:
+        if isinstance(command, Check):
             try:
                 result = session.check_one(plan.requests[command.index])
                 replies.send(Finished(command.index, result))
             except Exception:  # a bug in gradcheck (results are plain records, and pickle)
                 replies.send(Crashed(traceback.format_exc()))
+
+
+def _next_command(commands: Connection) -> Any:
+    try:
+        return commands.recv()
+    except (EOFError, OSError):
+        os._exit(0)  # the parent is gone: nobody wants the rest
+
+
+def _until_end(commands: Connection) -> None:
+    """After a refusal: wait for the parent to end the run."""
+    while not isinstance(_next_command(commands), End):
+        pass
