@@ -110,7 +110,168 @@ def tensorflow_available() -> bool:
         return True
     import importlib.util
 
-    return importlib.util.find_spec("tensorflow") is not None
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except (ImportError, ValueError):  # a finder that refuses it, or a broken installation
+        return False
+
+
+# -- global state: what a user's module can change and gradcheck puts back ----------------------
+
+#: TensorFlow's process-wide switches that a user's module can flip, each read and written
+#: through TensorFlow's own functions (see :func:`global_flags`).
+FLAG_NAMES = (
+    "eager",
+    "run_functions_eagerly",
+    "tensor_float_32",
+    "soft_device_placement",
+    "op_determinism",
+    "jit",
+    "keras_floatx",
+)
+
+
+def global_flags() -> dict[str, Any]:
+    """The current value of each of :data:`FLAG_NAMES`."""
+    tf = tensorflow()
+    from tensorflow.python.framework import config as tf_config
+
+    flags: dict[str, Any] = {
+        "eager": tf.executing_eagerly(),
+        "run_functions_eagerly": tf.config.functions_run_eagerly(),
+        "tensor_float_32": tf.config.experimental.tensor_float_32_execution_enabled(),
+        "soft_device_placement": tf.config.get_soft_device_placement(),
+        # Not exported under tf.config, but the switch enable_op_determinism() flips.
+        "op_determinism": tf_config.is_op_determinism_enabled(),
+        "jit": tf.config.optimizer.get_jit(),
+    }
+    keras = _keras_config()
+    if keras is not None:
+        flags["keras_floatx"] = keras.floatx()
+    return flags
+
+
+def set_global_flags(flags: dict[str, Any]) -> None:
+    """Set the switches in ``flags`` (as :func:`global_flags` returns them) that differ from now."""
+    tf = tensorflow()
+    from tensorflow.python.framework import config as tf_config
+
+    now = global_flags()
+    changed = {name: value for name, value in flags.items() if name in now and now[name] != value}
+    if "eager" in changed:
+        # Both work at any time in TF 2.x, although the v1 docs say "at program startup".
+        if changed["eager"]:
+            tf.compat.v1.enable_eager_execution()
+        else:
+            tf.compat.v1.disable_eager_execution()
+    if "run_functions_eagerly" in changed:
+        tf.config.run_functions_eagerly(changed["run_functions_eagerly"])
+    if "tensor_float_32" in changed:
+        tf.config.experimental.enable_tensor_float_32_execution(changed["tensor_float_32"])
+    if "soft_device_placement" in changed:
+        tf.config.set_soft_device_placement(changed["soft_device_placement"])
+    if "op_determinism" in changed:
+        if changed["op_determinism"]:
+            tf_config.enable_op_determinism()
+        else:
+            tf_config.disable_op_determinism()
+    if "jit" in changed:
+        tf.config.optimizer.set_jit(changed["jit"])
+    if "keras_floatx" in changed:
+        keras = _keras_config()
+        if keras is not None:
+            keras.set_floatx(changed["keras_floatx"])
+
+
+def _keras_config() -> Any:
+    """``keras.config`` where Keras is loaded already (TensorFlow 2.16+ loads it), else None."""
+    if "keras" not in sys.modules:
+        return None
+    try:
+        import keras
+    except ImportError:  # pragma: no cover - a half-installed Keras
+        return None
+    config = getattr(keras, "config", None)
+    return config if hasattr(config, "floatx") and hasattr(config, "set_floatx") else None
+
+
+@dataclass(frozen=True)
+class RandomState:
+    """TensorFlow's global random state: the global seed and what random ops derive from it."""
+
+    seed: int | None
+    """The global seed (``tf.random.set_seed``), None when unset."""
+    op_seeds: Any
+    """The state of the generator eager ops draw their op seeds from, when a global seed is set."""
+    graph_seed: int | None
+    """The default graph's seed (graph mode, after ``disable_eager_execution``)."""
+    generator: Any
+    """The global ``tf.random.Generator`` object, None until first used."""
+    generator_state: Any
+    """Its state variable's value."""
+
+
+def random_state() -> RandomState:
+    """TensorFlow's global random state, to put back with :func:`set_random_state`."""
+    from tensorflow.python.eager import context
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import stateful_random_ops
+
+    ctx = context.context()
+    rng = getattr(ctx, "_rng", None)
+    seed = getattr(ctx, "_seed", None)
+    generator = stateful_random_ops.global_generator
+    return RandomState(
+        seed=seed,
+        op_seeds=rng.getstate() if seed is not None and rng is not None else None,
+        graph_seed=ops.get_default_graph().seed,
+        generator=generator,
+        generator_state=generator.state.numpy() if generator is not None else None,
+    )
+
+
+def set_random_state(state: RandomState) -> None:
+    """Put TensorFlow's global random state back as :func:`random_state` found it.
+
+    The global seed lives in private attributes of the eager context
+    (``tf.random.set_seed`` has no getter); ``_set_global_seed`` is what
+    ``tf.random.set_seed`` itself calls, and it also clears the kernel cache
+    that holds the counters of seeded random ops.
+    """
+    from tensorflow.python.eager import context
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import stateful_random_ops
+
+    ctx = context.context()
+    seed = getattr(ctx, "_seed", None)
+    if state.seed is None:
+        if seed is not None:
+            ctx._set_global_seed(0)  # clears the kernel cache, as tf.random.set_seed does
+            ctx._seed = None
+    else:
+        rng = getattr(ctx, "_rng", None)
+        if seed != state.seed or rng is None or rng.getstate() != state.op_seeds:
+            ctx._set_global_seed(state.seed)
+            if state.op_seeds is not None:
+                ctx._rng.setstate(state.op_seeds)
+    graph = ops.get_default_graph()
+    if graph.seed != state.graph_seed:
+        graph.seed = state.graph_seed
+    stateful_random_ops.global_generator = state.generator
+    if state.generator is not None and state.generator_state is not None:
+        state.generator.state.assign(state.generator_state)
+
+
+def gpu_available() -> bool:
+    """True when TensorFlow sees at least one GPU."""
+    return bool(tensorflow().config.list_physical_devices("GPU"))
+
+
+def device_name(device: str) -> str:
+    """The TensorFlow device a ``--device`` value stands for: ``auto`` is the GPU where there is one."""
+    if device == "auto":
+        device = "gpu" if gpu_available() else "cpu"
+    return "/GPU:0" if device == "gpu" else "/CPU:0"
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,7 @@ def check(
     shape_only: bool | None = None,
     order: int | None = None,
     dims: Mapping[str, int] | None = None,
+    device: str | None = None,
 ) -> Result:
     """Check one custom-gradient function (or Keras layer) and return its result record.
 
@@ -108,7 +109,12 @@ def check(
     from ``dims`` may stand for sizes. Without ``inputs``, small shapes are
     guessed. ``init`` holds the constructor arguments of a layer class (a
     layer instance is checked as it is, its weights restored afterwards).
-    The other keyword arguments are the config's settings.
+    The other keyword arguments are the config's settings; ``device`` is
+    ``cpu``, ``gpu`` or ``auto`` as for ``--device``.
+
+    The check runs in this process, without ``gradcheck run``'s timeout and
+    memory bound; the caller's global state (random states, TensorFlow's
+    switches, the directory, the function's variables) is as before afterwards.
     """
     from gradcheck.checker import CheckRequest, check_subject
 
@@ -130,9 +136,15 @@ def check(
         "execution": execution,
         "shape_only": shape_only,
         "order": order,
+        "device": device,
     }
     overrides = {key: validate_setting(_LABEL, key, value) for key, value in given.items() if value is not None}
     settings = merged_settings(Config(dims=dims), table, overrides)
+    if settings.device == "gpu":
+        from gradcheck import _tf
+
+        if not _tf.gpu_available():
+            raise UsageError(f"{_LABEL}: device='gpu': TensorFlow sees no GPU on this machine; use 'cpu' or 'auto'")
     command = f"gradcheck.check({subject.name}, seed={settings.seed})"
     request = CheckRequest(
         subject=subject,

@@ -26,20 +26,21 @@ The order of work for one subject:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gradcheck import _tf, compare
+from gradcheck import _tf, compare, state
 from gradcheck.config import Settings, SubjectConfig
-from gradcheck.discovery import Subject
+from gradcheck.discovery import Subject, import_root
 from gradcheck.inputs import (
     CallPlan,
     candidate_shapes,
@@ -112,6 +113,9 @@ class CheckRequest:
     """The command that reproduces this check."""
     dtype_given: bool = False
     """True when the user chose the dtype (then float32 code is not rerun silently)."""
+    module_state: Any = None
+    """The :class:`gradcheck.state.Snapshot` the module's import left, applied for the check; None:
+    the caller's state as it is (``gradcheck.check``)."""
 
 
 class UserCodeError(Exception):
@@ -270,6 +274,9 @@ class _Check:
         self.built: _Built | None = None
         self.fresh_layer = False
         self.probe_failure: str | None = None
+        #: Inputs whose gradient came back as something that is no tensor (a string, an object):
+        #: a dtype problem, and no values to compare.
+        self.not_tensors: set[str] = set()
         self._draws: dict[int, tuple[dict[str, Any], list[np.ndarray]]] = {}
 
     # -- targets ---------------------------------------------------------------
@@ -611,6 +618,7 @@ class _Check:
                 if len(working) == 2:
                     self.problems.extend(self.compare_executions(working[0], working[1]))
                 skip = {p.input for p in self.problems if p.check in ("shape", "variables", "count") and p.input}
+                skip |= self.not_tensors
                 self.reference = self._reference_harness()
                 self.value_checks(working[0], skip)
                 if self.settings.order == 2 and not self.problems:
@@ -855,13 +863,15 @@ class _Check:
         if gradient.kind == "none":
             return []
         if gradient.kind == "other":
+            self.not_tensors.add(name)
             return [
                 Problem(
                     "dtype",
                     name,
-                    f"the gradient of {name} is a {gradient.type_name}, not a tensor",
+                    f"the gradient of {name} is a {gradient.type_name}, not a tensor; its values were not compared",
                     expected=expected_text,
                     got=gradient.type_name,
+                    hint=f"return a tensor of {name}'s shape and dtype (or None where it gets no gradient)",
                 )
             ]
         problems = []
@@ -1715,7 +1725,7 @@ def guess_shapes(request: CheckRequest) -> ShapeGuess:
     init`` writes are the ones a run would have guessed.
     """
     check = _Check(request)
-    with _tf.quiet_logs():
+    with _checking(request):
         try:
             built = check.build(request.settings.dtype)
             if not built.plan.unknown:
@@ -1735,12 +1745,51 @@ def guess_shapes(request: CheckRequest) -> ShapeGuess:
     return ShapeGuess(plan=probed)
 
 
+@contextlib.contextmanager
+def _checking(request: CheckRequest) -> Iterator[None]:
+    """The conditions of one check, and the caller's state put back afterwards.
+
+    The module's own import-time state is applied (its seeds, ``floatx``,
+    directory), then the switches gradcheck needs are pinned (eager, no
+    ``run_functions_eagerly``, no TF32), and the check is placed on the
+    device asked for. Everything, the values of the module's variables
+    included, is as before once the check is over, whatever it did.
+    """
+    tf = _tf.tensorflow()
+    subject = request.subject
+    source = Path(subject.path) if subject.path and not subject.path.startswith("<") else None
+    roots = [import_root(source)] if source is not None and source.is_file() else []
+    with state.preserved(roots):
+        if request.module_state is not None:
+            request.module_state.apply()
+        state.pin_flags()
+        variables = state.reachable_variables(subject.module, extra=(subject.obj, subject.forward))
+        with (
+            state.variables_preserved(variables),
+            _tf.quiet_logs(),
+            tf.device(_tf.device_name(request.settings.device)),
+        ):
+            yield
+
+
 def check_subject(request: CheckRequest) -> Result:
     """Check one function or layer; the user's exceptions become ``error`` results, never escape."""
     start = time.perf_counter()
     check = _Check(request)
-    with _tf.quiet_logs():
-        status = check.run()
+    with _checking(request):
+        try:
+            status = check.run()
+        except SystemExit as exit_:  # the user's code called sys.exit(): not a reason to end the run
+            status = "error"
+            check.problems.append(
+                Problem(
+                    "exception",
+                    None,
+                    f"the function called sys.exit({exit_.code!r})",
+                    traceback=user_traceback(exit_, request.subject.path),
+                    line=user_line(exit_, request.subject.path),
+                )
+            )
     subject = request.subject
     return Result(
         id=subject.id,

@@ -1,4 +1,4 @@
-"""The command line: options -> RunOptions -> session.run -> reporters -> exit code.
+"""The command line: options -> RunOptions -> worker.run -> reporters -> exit code.
 
 The only module that imports click or exits. Exit codes are
 :class:`gradcheck.results.ExitCode`; bad input is one line on stderr and 2,
@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from gradcheck.config import DTYPES, EXECUTIONS, MODES
+from gradcheck.config import DEFAULT_TIMEOUT, DEVICES, DTYPES, EXECUTIONS, MODES
 from gradcheck.errors import UsageError
 from gradcheck.reporting import FORMATS
 from gradcheck.results import ExitCode
@@ -102,8 +102,11 @@ def _guarded(command: Callable[..., int]) -> Callable[..., None]:
         try:
             code = command(*args, **kwargs)
         except UsageError as error:
-            if verbose and error.__cause__ is not None:
-                traceback.print_exception(error.__cause__, file=sys.stderr)
+            if verbose:
+                if error.details:  # raised in the worker: the traceback behind it comes as text
+                    click.echo(error.details.rstrip("\n"), err=True)
+                elif error.__cause__ is not None:
+                    traceback.print_exception(error.__cause__, file=sys.stderr)
             click.echo(f"gradcheck: error: {error}", err=True)
             code = ExitCode.USAGE_ERROR
         except KeyboardInterrupt:
@@ -111,8 +114,13 @@ def _guarded(command: Callable[..., int]) -> Callable[..., None]:
             code = ExitCode.INTERRUPTED
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
-        except Exception:
-            traceback.print_exc(file=sys.stderr)
+        except Exception as error:
+            from gradcheck.worker import WorkerError
+
+            if isinstance(error, WorkerError):  # a bug met in the worker: its traceback there
+                click.echo(error.details.rstrip("\n"), err=True)
+            else:
+                traceback.print_exc(file=sys.stderr)
             click.echo(
                 "gradcheck: internal error: this is a bug in gradcheck, please report it with the traceback above",
                 err=True,
@@ -123,7 +131,34 @@ def _guarded(command: Callable[..., int]) -> Callable[..., None]:
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OneLineErrors(click.Group):
+    """A group whose bad options and arguments are one line on stderr, as every other usage error.
+
+    Click's own format (the usage, a hint, a blank line, ``Error: ...``) takes
+    four lines; gradcheck promises one that names the option, and exit 2.
+    """
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as error:
+            ctx = error.ctx
+            command = f"gradcheck {ctx.info_name}" if ctx is not None and ctx.parent is not None else "gradcheck"
+            message = " ".join(error.format_message().split()).rstrip(".")
+            click.echo(f"gradcheck: error: {message}; see '{command} --help'", err=True)
+            sys.exit(ExitCode.USAGE_ERROR)
+        except click.ClickException as error:
+            error.show()
+            sys.exit(error.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(VERSION, "--version", prog_name="gradcheck")
 def main() -> None:
     """Check the gradients written by hand with @tf.custom_gradient."""
@@ -325,6 +360,19 @@ def _console(color: str, stderr: bool = False) -> Any:
 )
 @click.option("--maxfail", type=click.IntRange(min=1), metavar="N", help="Stop after N failures.")
 @click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help=f"Stop a function's check after SECONDS; it is an error (default {DEFAULT_TIMEOUT:g}; 0: no limit).",
+)
+@click.option(
+    "--max-memory",
+    type=click.IntRange(min=0),
+    metavar="MB",
+    help="Stop a check whose process holds more than MB of memory (default: half the machine's; 0: no limit).",
+)
+@click.option("--device", type=click.Choice(DEVICES), help="Where checks run; auto: the GPU where there is one.")
+@click.option(
     "--color",
     type=click.Choice(_COLORS),
     default="auto",
@@ -354,6 +402,9 @@ def run(
     strict: bool | None,
     fail_on: tuple[str, ...] | None,
     maxfail: int | None,
+    timeout: float | None,
+    max_memory: int | None,
+    device: str | None,
     color: str,
     quiet: int,
 ) -> int:
@@ -362,6 +413,7 @@ def run(
 
     from gradcheck import _tf, session
 
+    _refuse_conflicts(quiet=quiet, verbose=verbose, shape_only=shape_only, mode=mode, order=order)
     _tf.set_verbose(verbose > 0)
     overrides = {
         "shape_only": shape_only,
@@ -374,9 +426,11 @@ def run(
         "execution": execution,
         "order": order,
         "strict": strict,
+        "timeout": timeout,
+        "device": device,
     }
     options = _run_options(targets, config, shapes, dims, keyword, overrides)
-    configured = session.report_settings(options)
+    configured = session.run_settings(options)
     order = click.get_current_context().meta.get(_ORDER_KEY, [])
     reports = _resolve_reports(pair_reports(order, format_, output), configured)
     for _, path in reports:
@@ -386,20 +440,47 @@ def run(
         options,
         fail_on=fail_on or configured.get("fail_on"),
         maxfail=maxfail if maxfail is not None else configured.get("maxfail"),
+        max_memory=max_memory if max_memory is not None else configured.get("max_memory"),
     )
-    report = _run_with_progress(options, color)
+    if not _tf.tensorflow_available():
+        raise _tf.TensorFlowMissing()
+    import_timeout = timeout if timeout is not None else configured.get("timeout", DEFAULT_TIMEOUT)
+    report = _run_with_progress(options, color, verbose > 0, import_timeout)
     _emit(report, reports, verbose - quiet, color)
     return report.exit_code
 
 
-def _run_with_progress(options: Any, color: str) -> Any:
-    """``session.run``, with a progress bar on standard error when that is a terminal."""
-    from gradcheck import progress, session
+def _refuse_conflicts(
+    *, quiet: int, verbose: int, shape_only: bool | None, mode: str | None, order: int | None
+) -> None:
+    """Options that ask for opposite things are a usage error, not a silent choice of one."""
+    if quiet and verbose:
+        raise UsageError("-q and -v: choose one (-q shows only what fails, -v adds detail)")
+    if shape_only and mode == "full":
+        raise UsageError(
+            "--shape-only and --mode full: --shape-only compares no values, so there are no Jacobians to "
+            "compute; drop one of them"
+        )
+    if shape_only and order == 2:
+        raise UsageError(
+            "--shape-only and --order 2: --shape-only compares no values, second-order ones included; drop one of them"
+        )
 
+
+def _run_with_progress(options: Any, color: str, verbose: bool, import_timeout: float) -> Any:
+    """The run in worker processes, with a progress bar on standard error when that is a terminal."""
+    from gradcheck import progress, worker
+
+    max_memory = options.max_memory if options.max_memory is not None else worker.default_max_memory()
+    bounds: dict[str, Any] = {
+        "verbose": verbose,
+        "import_timeout": import_timeout,
+        "max_memory": max_memory or None,
+    }
     if not progress.wanted(sys.stderr, os.environ):
-        return session.run(options)
+        return worker.run(options, **bounds)
     with progress.ProgressBar(_console(color, stderr=True)) as bar:
-        return session.run(options, on_result=bar.on_result, on_start=bar.on_start)
+        return worker.run(options, on_import=bar.on_import, on_start=bar.on_start, on_result=bar.on_result, **bounds)
 
 
 def _emit(report: Any, reports: list[tuple[str, Path | None]], verbosity: int, color: str) -> None:

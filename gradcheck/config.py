@@ -29,6 +29,9 @@ DTYPES = ("float64", "float32", "float16", "bfloat16")
 INPUT_DTYPES = DTYPES + ("int32", "int64")
 EXECUTIONS = ("eager", "function", "both")
 REFERENCES = ("both", "numeric", "native", "none")
+DEVICES = ("auto", "cpu", "gpu")
+#: Seconds a function's check may take before it is stopped (``--timeout``; 0: no limit).
+DEFAULT_TIMEOUT = 60.0
 DISTRIBUTIONS = ("normal", "uniform", "positive", "spd", "integer")
 
 CONFIG_FILE = "gradcheck.toml"
@@ -60,6 +63,10 @@ class Settings:
     """Which references to compare with: ``both``, ``numeric``, ``native``, ``none``."""
     order: int = 1
     """1: check gradients; 2: also the gradients of the custom gradients."""
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds one check may take before ``gradcheck run`` stops it; 0: no limit."""
+    device: str = "auto"
+    """``cpu``, ``gpu``, or ``auto`` (the GPU where TensorFlow sees one)."""
 
     @property
     def executions(self) -> tuple[str, ...]:
@@ -70,8 +77,8 @@ class Settings:
 #: Keys of Settings that may appear at the config's top level and in a
 #: function's or layer's table.
 _SETTING_KEYS = {f.name for f in fields(Settings)}
-_SUBJECT_SETTING_KEYS = {"mode", "dtype", "atol", "rtol", "eps", "execution", "reference", "order"}
-_REPORT_KEYS = {"format", "output", "fail_on", "maxfail"}
+_SUBJECT_SETTING_KEYS = {"mode", "dtype", "atol", "rtol", "eps", "execution", "reference", "order", "timeout"}
+_REPORT_KEYS = {"format", "output", "fail_on", "maxfail", "max_memory"}
 _TOP_KEYS = _SETTING_KEYS | _REPORT_KEYS | {"dims", "functions", "layers"}
 _SUBJECT_KEYS = _SUBJECT_SETTING_KEYS | {"inputs", "constants", "init"}
 _INPUT_KEYS = {"shape", "dtype", "distribution", "low", "high", "items"}
@@ -118,7 +125,7 @@ class Config:
     settings: dict[str, Any] = field(default_factory=dict)
     """Top-level settings given in the file."""
     report: dict[str, Any] = field(default_factory=dict)
-    """Run-level keys given in the file: ``format``, ``output``, ``fail_on`` and ``maxfail``."""
+    """Run-level keys given in the file: ``format``, ``output``, ``fail_on``, ``maxfail`` and ``max_memory``."""
     dims: dict[str, int] = field(default_factory=dict)
     """Named sizes."""
     functions: dict[str, SubjectConfig] = field(default_factory=dict)
@@ -189,6 +196,12 @@ def validate_setting(label: str, key: str, value: Any) -> Any:
         return _choice(label, key, value, EXECUTIONS)
     if name == "reference":
         return _choice(label, key, value, REFERENCES)
+    if name == "device":
+        return _choice(label, key, value, DEVICES)
+    if name == "timeout":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise _fail(label, key, f"{value!r} must be a number of seconds, 0 or more (0: no limit)")
+        return float(value)
     if name in ("atol", "rtol", "eps"):
         return _positive_float(label, key, value)
     if name == "seed":
@@ -224,6 +237,13 @@ def parse_fail_on(label: str, key: str, value: Any) -> tuple[str, ...]:
     if not statuses:
         raise _fail(label, key, f"name at least one of {', '.join(FAIL_ON_STATUSES)}")
     return tuple(statuses)
+
+
+def parse_max_memory(label: str, value: Any) -> int:
+    """``max_memory``: megabytes of resident memory a check may use, 0 for no limit."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(label, "max_memory", f"{value!r} must be a whole number of megabytes, 0 or more (0: no limit)")
+    return value
 
 
 def _size(label: str, key: str, value: Any, dims: Mapping[str, int]) -> int | str:
@@ -368,6 +388,8 @@ def parse_config(document: Mapping[str, Any], path: Path | None, extra_dims: Map
         if isinstance(maxfail, bool) or not isinstance(maxfail, int) or maxfail < 1:
             raise _fail(label, "maxfail", f"{maxfail!r} must be a positive integer")
         report["maxfail"] = maxfail
+    if "max_memory" in document:
+        report["max_memory"] = parse_max_memory(label, document["max_memory"])
     functions = {
         name: _parse_subject(label, f"functions.{name}", raw, dims, _SUBJECT_KEYS)
         for name, raw in _flatten_functions(label, document.get("functions", {}), "functions").items()

@@ -183,6 +183,11 @@ def _find_module_file(dotted: str) -> Path:
     return origin
 
 
+def import_root(path: Path) -> Path:
+    """The folder put on ``sys.path`` to import ``path`` (above its packages)."""
+    return _package_root(path)[0]
+
+
 def _package_root(path: Path) -> tuple[Path, str]:
     """The folder to put on ``sys.path`` and the dotted name to import ``path`` by."""
     path = path.resolve()
@@ -239,6 +244,22 @@ def _import_context(root: Path) -> Iterator[set[str]]:
                 sys.modules.pop(name, None)
 
 
+@contextlib.contextmanager
+def _no_bytecode_files() -> Iterator[None]:
+    """Import without writing ``__pycache__`` into the user's folders.
+
+    Checking a project leaves its files and folders as they were; and a file
+    rewritten within the same second at the same size would otherwise be
+    imported from its stale bytecode.
+    """
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = saved
+
+
 def _user_frame(error: BaseException, path: Path) -> str:
     """``file:line`` of the deepest frame in the user's file, for messages."""
     frames = traceback.extract_tb(error.__traceback__)
@@ -257,7 +278,7 @@ def load_module(path: Path) -> ModuleType:
     existing_file = getattr(existing, "__file__", None)
     if existing_file and Path(existing_file).resolve() == path.resolve():
         return existing  # the user's own process imported it already (pytest plugin)
-    with _import_context(root), contextlib.redirect_stdout(sys.stderr):
+    with _import_context(root), contextlib.redirect_stdout(sys.stderr), _no_bytecode_files():
         try:
             if "." in dotted or not _clashes(dotted):
                 return importlib.import_module(dotted)

@@ -10,6 +10,10 @@ class UsageError(Exception):
     what to do; the command line prints it as is and exits 2.
     """
 
+    details: str | None = None
+    """The traceback behind the error as text, where it was raised in another process
+    (the worker of ``gradcheck run``); ``-v`` shows it."""
+
 
 class ConfigError(UsageError):
     """A config file that does not parse or holds an invalid key or value."""

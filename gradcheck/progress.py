@@ -1,6 +1,6 @@
 """The live progress bar of ``gradcheck run`` on a terminal: the function being checked, the count done.
 
-Driven by :func:`gradcheck.session.run`'s ``on_start``/``on_result`` callbacks;
+Driven by the ``on_import``/``on_start``/``on_result`` callbacks of a run;
 it draws on the console it is given (standard error) and disappears when
 the run ends, so the report that follows stands alone. Whether to show it at
 all is the command line's decision (:func:`wanted`): only on a terminal,
@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from gradcheck.results import Result
@@ -39,7 +40,7 @@ class ProgressBar:
     def __init__(self, console: Console) -> None:
         self._progress = Progress(
             SpinnerColumn(),
-            TextColumn("[bold]checking[/] {task.description}"),
+            TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
@@ -50,6 +51,8 @@ class ProgressBar:
 
     def __enter__(self) -> ProgressBar:
         self._progress.start()
+        # Until the first module is imported, the checker process is starting (TensorFlow's import).
+        self._task = self._progress.add_task("[bold]starting[/] the checker", total=None)
         return self
 
     def __exit__(
@@ -57,13 +60,16 @@ class ProgressBar:
     ) -> None:
         self._progress.stop()
 
-    def on_start(self, subject: Any, index: int, total: int) -> None:
+    def on_import(self, path: str) -> None:
+        """A module is being imported (before the functions to check are known)."""
+        self._progress.update(self._task, description=f"[bold]importing[/] {escape(path)}")
+
+    def on_start(self, function_id: str, index: int, total: int) -> None:
         """A function is about to be checked."""
-        if self._task is None:
-            self._task = self._progress.add_task(subject.id, total=total)
-        self._progress.update(self._task, description=subject.id, completed=index)
+        self._progress.update(
+            self._task, description=f"[bold]checking[/] {escape(function_id)}", completed=index, total=total
+        )
 
     def on_result(self, result: Result, index: int, total: int) -> None:
         """A function's check is done."""
-        if self._task is not None:
-            self._progress.update(self._task, completed=index + 1)
+        self._progress.update(self._task, completed=index + 1)

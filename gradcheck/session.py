@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gradcheck import _tf
+from gradcheck import _tf, state
 from gradcheck.checker import CheckRequest, check_subject
 from gradcheck.config import (
     Config,
@@ -24,8 +24,17 @@ from gradcheck.config import (
     merged_settings,
     read_config_file,
 )
-from gradcheck.discovery import Subject, find_definition, find_subjects, load_module, resolve_target, select
-from gradcheck.errors import ConfigError, TargetError
+from gradcheck.discovery import (
+    Subject,
+    display_path,
+    find_definition,
+    find_subjects,
+    import_root,
+    load_module,
+    resolve_target,
+    select,
+)
+from gradcheck.errors import ConfigError, TargetError, UsageError
 from gradcheck.results import DEFAULT_FAIL_ON, Result, RunReport
 
 VERSION = "0.1.0"
@@ -51,6 +60,8 @@ class RunOptions:
     """``--fail-on``: the statuses that fail the run; None: failed and error (``--strict`` adds skipped)."""
     maxfail: int | None = None
     """``--maxfail``: stop after this many results whose status is in ``fail_on``."""
+    max_memory: int | None = None
+    """``--max-memory``: megabytes the worker process may hold; None: the default, 0: no limit."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,8 @@ class PlannedCheck:
 
     subject: Subject
     config: Config
+    module_state: state.Snapshot | None = None
+    """What the module's import left (seeds, switches, directory), applied again for its checks."""
 
 
 def _config_for(location: Path, options: RunOptions, cache: dict[Path | None, Config]) -> Config:
@@ -72,13 +85,29 @@ def _config_for(location: Path, options: RunOptions, cache: dict[Path | None, Co
     return cache[path]
 
 
-def collect(options: RunOptions, read_configs: bool = True) -> list[PlannedCheck]:
+def import_isolated(file: Path) -> tuple[Any, state.Snapshot]:
+    """Import a user's file; return the module and the state its import left, with the state put back.
+
+    Module-level code may seed random generators, flip TensorFlow's switches
+    or change directory; none of that may reach the next module, so it is
+    undone here and kept in the snapshot, which the module's own checks apply.
+    """
+    with state.preserved([import_root(file)]):
+        module = load_module(file)
+        return module, state.capture([import_root(file)])
+
+
+def collect(
+    options: RunOptions, read_configs: bool = True, on_import: Callable[[str], None] | None = None
+) -> list[PlannedCheck]:
     """Import every target and find its functions; raise a UsageError for bad input.
 
     Each file gets the config found from its own folder upwards (or ``-c``),
     so a directory of packages with their own configs checks as a whole.
     ``read_configs=False`` gives every function the empty config (``gradcheck
     init`` writes a config from scratch, whatever is there already).
+    ``on_import`` hears of each file just before it is imported (the worker
+    tells its parent, which bounds the import's time).
     """
     _tf.tensorflow()
     cache: dict[Path | None, Config] = {}
@@ -89,27 +118,33 @@ def collect(options: RunOptions, read_configs: bool = True) -> list[PlannedCheck
         return _config_for(location, options, cache)
 
     planned: list[PlannedCheck] = []
+    planned_ids: set[str] = set()
     found_by_config: dict[Path | None, list[Subject]] = {}
-    seen_files: set[Path] = set()
+    # Each file is imported once, however many targets name it (ops.py::a ops.py::b).
+    imported: dict[Path, list[PlannedCheck]] = {}
     for spec in options.targets:
         target = resolve_target(spec)
         if not target.files:
             config_for(Path(spec.partition("::")[0]))
         found_here: list[PlannedCheck] = []
         for file in target.files:
-            config = config_for(file)
-            module = load_module(file)
-            found = find_subjects(module, file)
-            found_by_config.setdefault(config.path, []).extend(found)
             resolved = file.resolve()
-            if resolved in seen_files:
-                continue
-            seen_files.add(resolved)
-            found_here.extend(PlannedCheck(subject, config) for subject in found)
+            if resolved not in imported:
+                config = config_for(file)
+                if on_import is not None:
+                    on_import(display_path(file))
+                module, module_state = import_isolated(file)
+                found = find_subjects(module, file)
+                found_by_config.setdefault(config.path, []).extend(found)
+                imported[resolved] = [PlannedCheck(subject, config, module_state) for subject in found]
+            found_here.extend(imported[resolved])
         if target.selector is not None:
             chosen = {s.id for s in select([p.subject for p in found_here], target.selector, spec)}
             found_here = [p for p in found_here if p.subject.id in chosen]
-        planned.extend(found_here)
+        for item in found_here:
+            if item.subject.id not in planned_ids:
+                planned_ids.add(item.subject.id)
+                planned.append(item)
     for path, config in cache.items():
         _check_config_names(config, found_by_config.get(path, []))
     if options.keyword:
@@ -166,6 +201,12 @@ def request_for(planned: PlannedCheck, options: RunOptions) -> CheckRequest:
     dtype_given = (
         "dtype" in options.overrides or "dtype" in config.settings or bool(table and "dtype" in table.settings)
     )
+    if settings.device == "gpu" and not _tf.gpu_available():
+        where = "--device gpu" if "device" in options.overrides else f'{config.label}: device = "gpu"'
+        raise UsageError(
+            f"{where}: TensorFlow sees no GPU on this machine (tf.config.list_physical_devices('GPU') is empty); "
+            "use --device cpu, or --device auto to take the GPU only where there is one"
+        )
     return CheckRequest(
         subject=subject,
         settings=settings,
@@ -175,11 +216,17 @@ def request_for(planned: PlannedCheck, options: RunOptions) -> CheckRequest:
         config_label=config.label if config.path is not None else "gradcheck.toml",
         reproduce=reproduce_command(subject, settings, options),
         dtype_given=dtype_given,
+        module_state=planned.module_state,
     )
 
 
-def report_settings(options: RunOptions) -> dict[str, Any]:
-    """``format``, ``output``, ``fail_on`` and ``maxfail`` from the config of the first target, where it sets them."""
+def run_settings(options: RunOptions) -> dict[str, Any]:
+    """The run-level keys of the first target's config, where it sets them.
+
+    ``format``, ``output``, ``fail_on``, ``maxfail``, ``max_memory`` and the
+    top-level ``timeout``: what the command line needs before any module is
+    imported (without TensorFlow).
+    """
     if not options.targets:
         return {}
     spec = options.targets[0]
@@ -190,7 +237,11 @@ def report_settings(options: RunOptions) -> dict[str, Any]:
         path = find_config_file(location if location.exists() else Path.cwd())
     if path is None:
         return {}
-    return dict(read_config_file(path, options.dims).report)
+    config = read_config_file(path, options.dims)
+    settings = dict(config.report)
+    if "timeout" in config.settings:
+        settings["timeout"] = config.settings["timeout"]
+    return settings
 
 
 def refuse_user_file(output: Path, options: RunOptions) -> None:
@@ -272,23 +323,52 @@ def listing(options: RunOptions) -> list[ListedFunction]:
     return entries
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run checks: one request per function, in order, with the run's seed and failing statuses."""
+
+    requests: tuple[CheckRequest, ...]
+    """One per function or layer, in the order they are checked."""
+    seed: int
+    """The seed of the run, for the report's header."""
+    fail_on: tuple[str, ...]
+    """The statuses that fail the run."""
+
+
+def plan_run(options: RunOptions, on_import: Callable[[str], None] | None = None) -> RunPlan:
+    """Collect the targets and build every check request; raise a UsageError for bad input."""
+    planned = collect(options, on_import=on_import)
+    requests = tuple(request_for(p, options) for p in planned)
+    seed = requests[0].settings.seed if requests else int(options.overrides.get("seed", 0))
+    strict = any(r.settings.strict for r in requests) or bool(options.overrides.get("strict"))
+    return RunPlan(requests=requests, seed=seed, fail_on=fail_on_statuses(options.fail_on, strict))
+
+
+def check_one(request: CheckRequest) -> Result:
+    """Check one planned function; what the user's code prints goes to standard error, never into a report."""
+    with contextlib.redirect_stdout(sys.stderr):
+        return check_subject(request)
+
+
 def run(
     options: RunOptions,
     on_result: Callable[[Result, int, int], None] | None = None,
-    on_start: Callable[[Subject, int, int], None] | None = None,
+    on_start: Callable[[str, int, int], None] | None = None,
 ) -> RunReport:
-    """Collect and check everything; Ctrl-C stops early with the results so far.
+    """Collect and check everything in this process; Ctrl-C stops early with the results so far.
+
+    ``gradcheck run`` checks in a worker process instead (:mod:`gradcheck.worker`),
+    which bounds each check's time and memory; this is the same run without those
+    bounds, for callers that want it in their own process. The caller's global
+    state is as before afterwards (:mod:`gradcheck.state`).
 
     With ``options.maxfail`` the run stops once that many results have a
     status that fails the run (as pytest's ``--maxfail``); what was not
     checked is listed in the report's ``not_checked``.
     """
     start = time.perf_counter()
-    planned = collect(options)
-    requests = [request_for(p, options) for p in planned]
-    seed = requests[0].settings.seed if requests else int(options.overrides.get("seed", 0))
-    strict = any(r.settings.strict for r in requests) or bool(options.overrides.get("strict"))
-    fail_on = fail_on_statuses(options.fail_on, strict)
+    plan = plan_run(options)
+    requests = plan.requests
     results: list[Result] = []
     interrupted = False
     failures = 0
@@ -297,22 +377,21 @@ def run(
             if options.maxfail is not None and failures >= options.maxfail:
                 break
             if on_start is not None:
-                on_start(request.subject, index, len(requests))
-            with contextlib.redirect_stdout(sys.stderr):
-                result = check_subject(request)
+                on_start(request.subject.id, index, len(requests))
+            result = check_one(request)
             results.append(result)
-            failures += result.status in fail_on
+            failures += result.status in plan.fail_on
             if on_result is not None:
                 on_result(result, index, len(requests))
     except KeyboardInterrupt:
         interrupted = True
     return RunReport(
         results=tuple(results),
-        seed=seed,
+        seed=plan.seed,
         seconds=time.perf_counter() - start,
         interrupted=interrupted,
         version=VERSION,
-        fail_on=fail_on,
+        fail_on=plan.fail_on,
         maxfail=options.maxfail,
         not_checked=tuple(r.subject.id for r in requests[len(results) :]),
     )

@@ -327,7 +327,7 @@ def test_without_tensorflow_run_exits_2_naming_the_extra(tmp_path: Path) -> None
 def test_help_and_import_do_not_import_tensorflow(tmp_path: Path) -> None:
     probe = (
         "import sys\n"
-        "import gradcheck, gradcheck.results, gradcheck.cli, gradcheck.progress\n"
+        "import gradcheck, gradcheck.results, gradcheck.cli, gradcheck.progress, gradcheck.worker\n"
         "import gradcheck.pytest_plugin\n"
         "import gradcheck.reporting.junit, gradcheck.reporting.github, gradcheck.reporting.html\n"
         "from click.testing import CliRunner\n"
@@ -344,6 +344,20 @@ def test_help_and_import_do_not_import_tensorflow(tmp_path: Path) -> None:
     assert "--gradcheck=PATH" in result.stdout  # the plugin was loaded
 
 
+def test_a_run_imports_tensorflow_in_its_worker_only(tmp_path: Path) -> None:
+    write(tmp_path, "ops.py", GOOD)
+    write(tmp_path, "gradcheck.toml", "[functions.square]\ninputs = { x = [3] }\n")
+    probe = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from gradcheck.cli import main\n"
+        "result = CliRunner().invoke(main, ['run', 'ops.py'])\n"
+        "print(result.exit_code, 'tensorflow' in sys.modules)\n"
+    )
+    result = _subprocess(["-c", probe], cwd=tmp_path)
+    assert result.stdout.strip().splitlines()[-1] == "0 False", result.stderr
+
+
 def test_a_shared_config_lets_one_module_of_several_run(project: Path) -> None:
     write(project, "a.py", GOOD)
     write(project, "b.py", GOOD.replace("square", "cube"))
@@ -357,3 +371,9 @@ def test_a_shared_config_lets_one_module_of_several_run(project: Path) -> None:
     )
     misspelt = invoke("run", "a.py")
     assert misspelt.exit_code == 2 and "functions.cueb" in misspelt.stderr
+
+
+def test_several_selectors_on_one_file_check_each_function_once(project: Path) -> None:
+    write(project, "ops.py", GOOD + BAD.replace("square", "cube").replace("import tensorflow as tf", ""))
+    assert list(by_name(run_json("ops.py::cube", "ops.py::square"))) == ["cube", "square"]
+    assert list(by_name(run_json("ops.py", "ops.py::square"))) == ["square", "cube"]

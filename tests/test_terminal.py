@@ -121,15 +121,20 @@ def test_progress_bar_only_on_a_terminal_outside_ci() -> None:
 
 
 def test_progress_bar_shows_the_function_and_the_count() -> None:
-    class Subject:
-        id = "ops.py::bad"
-
     stream = _Terminal()
     with progress.ProgressBar(Console(file=stream, force_terminal=True, width=100)) as bar:
-        bar.on_start(Subject(), 0, 3)
+        bar.on_start("ops.py::bad", 0, 3)
         bar.on_result(Result(id="ops.py::bad", name="bad", kind="function", status="failed"), 0, 3)
     drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
     assert "checking ops.py::bad" in drawn and "1/3" in drawn
+
+
+def test_progress_bar_says_which_module_is_imported_before_the_count_is_known() -> None:
+    stream = _Terminal()
+    with progress.ProgressBar(Console(file=stream, force_terminal=True, width=100)) as bar:
+        bar.on_import("pkg/ops.py")
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
+    assert "importing pkg/ops.py" in drawn
 
 
 # -- --fail-on and --maxfail ---------------------------------------------------

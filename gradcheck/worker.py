@@ -1,0 +1,784 @@
+"""``gradcheck run``'s checks in a worker process, each under a time and a memory bound.
+
+A user's function may never return (a ``tf.while_loop`` that never ends, a
+``time.sleep``), allocate without bound, or end the process it runs in
+(``os._exit``, a crash inside TensorFlow). None of that can be stopped from
+inside the process, so the command line runs collection and checks in a
+worker: a fresh Python interpreter (started like ``multiprocessing``'s
+``spawn``, never forked from a process that has imported TensorFlow). The
+parent, which never imports TensorFlow, watches it: a check that runs past
+its timeout or past the memory bound, or a worker that dies, makes that
+function an ``error`` result, and a fresh worker checks the functions after
+it.
+
+The protocol is lock-step, over two pipes (the worker's standard input and
+output; pickled messages, framed by :mod:`multiprocessing.connection`)::
+
+    parent                              worker
+    Job(options, cwd, sys.path, env) ->
+                                     <- Importing(path)          per module: the timeout runs
+                                     <- Planned(functions, ...)  or Refused (usage error) / Crashed (bug)
+    Check(index)                     ->
+                                     <- Finished(index, result)  or Crashed
+    ...
+    End()                            ->
+                                     <- Ended()                  the worker is back as it was
+
+so the parent always knows which function is in flight, and decides alone
+what is checked next (``--maxfail``, Ctrl-C). What the worker (the user's
+code, TensorFlow) writes to its standard output or error arrives on a third
+pipe and is passed on to the parent's standard error, never into a report.
+
+A worker whose run ended cleanly waits for the next run of the same parent
+process (a test suite, an IDE), which then pays TensorFlow's import once; its
+state is put back after every run (:mod:`gradcheck.state`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import codecs
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from gradcheck.errors import UsageError
+from gradcheck.results import Problem, Result, RunReport
+
+#: How often (seconds) the parent looks at the worker's memory while it waits.
+POLL_SECONDS = 0.05
+#: Written by the worker to its output pipe at the end of a run, so the parent knows it has
+#: passed on everything the run printed before it renders the report.
+_SYNC = b"\x1e-gradcheck-output-sync-\x1e\n"
+_VERSION = "0.1.0"
+
+
+# -- messages -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """A run for the worker: the options and the parent's surroundings."""
+
+    options: Any
+    """The :class:`gradcheck.session.RunOptions`."""
+    cwd: str
+    sys_path: tuple[str, ...]
+    environ: dict[str, str]
+    verbose: bool
+
+
+@dataclass(frozen=True)
+class Check:
+    """Check the function at ``index`` of the plan."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class End:
+    """The run is over: put everything back and wait for the next one."""
+
+
+@dataclass(frozen=True)
+class Importing:
+    """The worker is about to import a user's module."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class PlannedFunction:
+    """What the parent needs to know of a function to report on it without the worker."""
+
+    id: str
+    name: str
+    kind: str
+    path: str
+    line: int
+    timeout: float
+    """Seconds its check may take; 0: no limit."""
+    reproduce: str | None
+
+
+@dataclass(frozen=True)
+class Planned:
+    """Collection is over: what the run will check."""
+
+    functions: tuple[PlannedFunction, ...]
+    seed: int
+    fail_on: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The check of the function at ``index`` is done."""
+
+    index: int
+    result: Result
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Bad input (a usage error): one line, and the traceback behind it for ``-v``."""
+
+    message: str
+    details: str | None
+
+
+@dataclass(frozen=True)
+class Crashed:
+    """A bug in gradcheck: its traceback."""
+
+    details: str
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The worker has put everything back after a run."""
+
+
+# -- errors the parent raises -----------------------------------------------------------------
+
+
+class WorkerError(Exception):
+    """A bug in gradcheck, raised in the worker; ``details`` holds its traceback there."""
+
+    def __init__(self, details: str) -> None:
+        super().__init__(details.strip().splitlines()[-1] if details.strip() else "the worker failed")
+        self.details = details
+
+
+class _Stopped(Exception):
+    """The worker was stopped (timeout, memory) or died; ``why`` says how, for a message."""
+
+    def __init__(self, kind: str, why: str) -> None:
+        super().__init__(why)
+        self.kind = kind
+        self.why = why
+
+
+# -- the parent's side ------------------------------------------------------------------------
+
+
+def resident_megabytes(pid: int) -> float | None:
+    """The resident memory (VmRSS) of process ``pid`` in MB, where ``/proc`` tells it (Linux)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def default_max_memory() -> int | None:
+    """Half the machine's memory in MB (where ``/proc/meminfo`` tells it), else no bound."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) // 1024 // 2
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "it stopped answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        if -code == signal.SIGKILL:
+            return f"it was killed ({name}; the system may have run out of memory)"
+        return f"it was killed by {name}"
+    return f"it exited with code {code} (os._exit or a crash in native code)"
+
+
+class Worker:
+    """A worker process and the pipes to it."""
+
+    def __init__(self) -> None:
+        command_read, command_write = os.pipe()
+        reply_read, reply_write = os.pipe()
+        package_parent = str(Path(__file__).resolve().parent.parent)
+        # `python -c` puts the current directory first on sys.path, where a user's file could
+        # shadow the standard library; the worker takes the parent's sys.path with each job.
+        boot = (
+            "import sys; sys.path[:1] = [] if sys.path and sys.path[0] == '' else sys.path[:1]; "
+            f"sys.path.insert(0, {package_parent!r}); from gradcheck.worker import serve; serve()"
+        )
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", boot],
+                stdin=command_read,
+                stdout=reply_write,
+                stderr=subprocess.PIPE,
+                close_fds=True,
+            )
+        finally:
+            os.close(command_read)
+            os.close(reply_write)
+        self.commands = Connection(command_write, readable=False)
+        self.replies = Connection(reply_read, writable=False)
+        self.owner = os.getpid()
+        """The process that started the worker: a forked child must not talk to it too."""
+        self.sink: Callable[[str], None] | None = None
+        self._synced = threading.Event()
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._pass_on_output, name="gradcheck-worker-output", daemon=True)
+        self._reader.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def send(self, message: Any) -> None:
+        try:
+            self.commands.send(message)
+        except OSError as error:  # a broken pipe: the worker is gone
+            raise _Stopped("died", _describe_exit(self._exit_code())) from error
+
+    def receive(self, deadline: float | None, max_memory: int | None) -> Any:
+        """The next message; raise :class:`_Stopped` past ``deadline`` or ``max_memory`` MB, or if the worker dies."""
+        while True:
+            wait = POLL_SECONDS if (deadline is not None or max_memory is not None) else None
+            if deadline is not None:
+                wait = max(0.0, min(POLL_SECONDS, deadline - time.monotonic()))
+            if self.replies.poll(wait):
+                try:
+                    return self.replies.recv()
+                except (EOFError, OSError):
+                    raise _Stopped("died", _describe_exit(self._exit_code())) from None
+            if not self.alive:
+                raise _Stopped("died", _describe_exit(self._exit_code()))
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _Stopped("timeout", "")
+            if max_memory is not None:
+                used = resident_megabytes(self.process.pid)
+                if used is not None and used > max_memory:
+                    raise _Stopped("memory", f"{used:.0f} MB")
+
+    def _exit_code(self) -> int | None:
+        try:
+            return self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def wait_for_output(self) -> None:
+        """Wait until the output the worker wrote before its last :class:`Ended` has been passed on."""
+        self._synced.wait(timeout=5)
+        self._synced.clear()
+
+    def kill(self) -> None:
+        """Stop the worker now, whatever it is doing."""
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        for connection in (self.commands, self.replies):
+            with contextlib.suppress(OSError):
+                connection.close()
+        self._reader.join(timeout=5)
+        if not self._reader.is_alive() and self.process.stderr is not None:
+            self.process.stderr.close()
+
+    def close(self) -> None:
+        """Let an idle worker end on its own (it stops when its input closes), else kill it."""
+        with contextlib.suppress(OSError):
+            self.commands.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        with contextlib.suppress(OSError):
+            self.replies.close()
+
+    def _pass_on_output(self) -> None:
+        stream = self.process.stderr
+        assert stream is not None
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = b""
+        fd = stream.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._emit(decoder.decode(pending, final=True))
+                self._synced.set()
+                return
+            pending += chunk
+            while _SYNC in pending:
+                before, pending = pending.split(_SYNC, 1)
+                self._emit(decoder.decode(before))
+                self._synced.set()
+            # Keep back what may be the start of a marker cut in two by the pipe.
+            keep = next((n for n in range(len(_SYNC) - 1, 0, -1) if pending.endswith(_SYNC[:n])), 0)
+            self._emit(decoder.decode(pending[: len(pending) - keep]))
+            pending = pending[len(pending) - keep :]
+
+    def _emit(self, text: str) -> None:
+        if not text:
+            return
+        with self._lock:
+            sink = self.sink
+            try:
+                if sink is not None:
+                    sink(text)
+                elif sys.__stderr__ is not None:
+                    sys.__stderr__.write(text)
+                    sys.__stderr__.flush()
+            except (OSError, ValueError):  # the stream went away with its run
+                pass
+
+
+#: A worker whose last run ended cleanly, kept for the next run of this process.
+_idle: Worker | None = None
+_idle_lock = threading.Lock()
+
+
+def _take_worker() -> Worker:
+    global _idle
+    with _idle_lock:
+        worker, _idle = _idle, None
+    if worker is not None and worker.alive and worker.owner == os.getpid():
+        return worker
+    return Worker()
+
+
+def _keep_worker(worker: Worker) -> None:
+    global _idle
+    with _idle_lock:
+        previous, _idle = _idle, worker
+    if previous is not None:
+        previous.close()
+
+
+@atexit.register
+def _close_idle_worker() -> None:
+    global _idle
+    with _idle_lock:
+        worker, _idle = _idle, None
+    if worker is not None:
+        worker.close()
+
+
+@dataclass
+class _Run:
+    """The parent's bookkeeping of one run."""
+
+    job: Job
+    import_timeout: float
+    max_memory: int | None
+    on_import: Callable[[str], None] | None
+    on_start: Callable[[str, int, int], None] | None
+    on_result: Callable[[Result, int, int], None] | None
+    sink: Callable[[str], None] | None
+    worker: Worker | None = None
+
+    def start_worker(self) -> Planned:
+        """A worker with the job collected: its plan, or a UsageError."""
+        worker = _take_worker()
+        worker.sink = self.sink
+        self.worker = worker
+        worker.send(self.job)
+        importing: str | None = None
+        while True:
+            deadline = time.monotonic() + self.import_timeout if importing and self.import_timeout else None
+            try:
+                message = worker.receive(deadline, self.max_memory if importing else None)
+            except _Stopped as stopped:
+                self.discard_worker()
+                raise UsageError(
+                    _collection_stopped(stopped, importing, self.import_timeout, self.max_memory)
+                ) from None
+            if isinstance(message, Importing):
+                importing = message.path
+                if self.on_import is not None:
+                    self.on_import(message.path)
+            elif isinstance(message, Planned):
+                return message
+            else:
+                self.end_after_failure(message)
+
+    def end_after_failure(self, message: Any) -> None:
+        """A Refused or Crashed message: end the worker's run and raise the matching error.
+
+        After bad input the worker has put everything back and is kept; after a
+        bug in gradcheck nothing it holds can be trusted, so it is stopped.
+        """
+        if isinstance(message, Refused):
+            self.finish_worker()
+        else:
+            self.discard_worker()
+        if isinstance(message, Refused):
+            error = UsageError(message.message)
+            error.details = message.details
+            raise error
+        if isinstance(message, Crashed):
+            raise WorkerError(message.details)
+        raise WorkerError(f"unexpected message from the worker: {message!r}")
+
+    def finish_worker(self) -> None:
+        """End the worker's run cleanly and keep it for the next run."""
+        worker, self.worker = self.worker, None
+        if worker is None:
+            return
+        try:
+            worker.send(End())
+            reply = worker.receive(time.monotonic() + 60, None)
+        except _Stopped:
+            worker.kill()
+            return
+        worker.wait_for_output()
+        worker.sink = None
+        if isinstance(reply, Ended):
+            _keep_worker(worker)
+        else:
+            worker.kill()
+
+    def discard_worker(self) -> None:
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.kill()
+            worker.sink = None
+
+    def check(self, index: int, function: PlannedFunction, total: int) -> Result:
+        """Check one function in the worker, within its timeout and the memory bound."""
+        assert self.worker is not None
+        if self.on_start is not None:
+            self.on_start(function.id, index, total)
+        start = time.monotonic()
+        deadline = start + function.timeout if function.timeout else None
+        try:
+            self.worker.send(Check(index))
+            message = self.worker.receive(deadline, self.max_memory)
+        except _Stopped as stopped:
+            self.discard_worker()
+            return _stopped_result(function, stopped, time.monotonic() - start, self.max_memory)
+        if isinstance(message, Finished) and message.index == index:
+            return message.result
+        self.end_after_failure(message)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def restart(self, remaining: list[PlannedFunction]) -> dict[str, int] | Result:
+        """A fresh worker after one was stopped: where each remaining function is in its plan.
+
+        A failure to collect again becomes the reason every remaining
+        function is an error (returned as the result to copy).
+        """
+        try:
+            planned = self.start_worker()
+        except UsageError as error:
+            return Result(id="", name="", kind="function", status="error", problems=(_restart_problem(str(error)),))
+        positions = {function.id: index for index, function in enumerate(planned.functions)}
+        missing = [f.id for f in remaining if f.id not in positions]
+        if missing:
+            return Result(
+                id="",
+                name="",
+                kind="function",
+                status="error",
+                problems=(_restart_problem(f"{missing[0]} was not found when the module was imported again"),),
+            )
+        return positions
+
+
+def _restart_problem(reason: str) -> Problem:
+    return Problem(
+        "exception",
+        None,
+        f"not checked: after an earlier function was stopped, a fresh checker could not collect the targets: {reason}",
+    )
+
+
+def _collection_stopped(stopped: _Stopped, importing: str | None, timeout: float, max_memory: int | None) -> str:
+    if importing is None:
+        return f"the checker process could not start: {stopped.why or 'it stopped'}; run with -v to see why"
+    if stopped.kind == "timeout":
+        return (
+            f"{importing}: importing the module did not finish within {timeout:g} s (--timeout); "
+            "move slow work out of module level, or raise --timeout"
+        )
+    if stopped.kind == "memory":
+        return (
+            f"{importing}: importing the module used more than {max_memory} MB ({stopped.why}; --max-memory); "
+            "move large allocations out of module level, or raise --max-memory"
+        )
+    return f"{importing}: importing the module ended the checker process: {stopped.why}"
+
+
+def _stopped_result(function: PlannedFunction, stopped: _Stopped, seconds: float, max_memory: int | None) -> Result:
+    after = "; the functions after it were checked in a fresh process"
+    if stopped.kind == "timeout":
+        message = f"timeout: the check did not finish within {function.timeout:g} s (--timeout) and was stopped{after}"
+        hint = "a loop that never ends, or a slow function: give it more time with timeout = SECONDS in its table"
+    elif stopped.kind == "memory":
+        message = (
+            f"memory: the check used more than {max_memory} MB ({stopped.why}; --max-memory) and was stopped{after}"
+        )
+        hint = "smaller shapes in its config, or a higher --max-memory"
+    else:
+        message = f"the process checking this function died: {stopped.why}{after}"
+        hint = None
+    return Result(
+        id=function.id,
+        name=function.name,
+        kind=function.kind,
+        status="error",
+        problems=(Problem("exception", None, message, hint=hint),),
+        seconds=seconds,
+        path=function.path,
+        line=function.line,
+        reproduce=function.reproduce,
+    )
+
+
+def run(
+    options: Any,
+    *,
+    verbose: bool = False,
+    import_timeout: float = 60.0,
+    max_memory: int | None = None,
+    on_import: Callable[[str], None] | None = None,
+    on_start: Callable[[str, int, int], None] | None = None,
+    on_result: Callable[[Result, int, int], None] | None = None,
+    on_output: Callable[[str], None] | None = None,
+) -> RunReport:
+    """``session.run`` in worker processes: each check within its timeout and ``max_memory`` MB.
+
+    A check stopped for time or memory, or whose worker died, is an
+    ``error`` result, and a fresh worker goes on with the next function.
+    Bad input (config, targets, imports) raises :class:`UsageError`, as in
+    process; a bug in gradcheck raises :class:`WorkerError`. Ctrl-C stops
+    the run with the results so far (``interrupted``); before any function
+    is known it propagates. ``on_output`` receives what the worker prints
+    (default: this process's standard error).
+    """
+    start = time.perf_counter()
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:
+        raise UsageError("the current directory does not exist (any more): cd into the project to check") from None
+    job = Job(
+        options=options,
+        cwd=cwd,
+        sys_path=tuple(sys.path),
+        environ=dict(os.environ),
+        verbose=verbose,
+    )
+    sink = on_output or _write_to_stderr
+    runner = _Run(job, import_timeout, max_memory, on_import, on_start, on_result, sink)
+    try:
+        planned = runner.start_worker()
+    except KeyboardInterrupt:
+        runner.discard_worker()
+        raise
+    functions = list(planned.functions)
+    positions = {function.id: index for index, function in enumerate(functions)}
+    results: list[Result] = []
+    interrupted = False
+    failures = 0
+    try:
+        for index, function in enumerate(functions):
+            if options.maxfail is not None and failures >= options.maxfail:
+                break
+            if runner.worker is None:
+                restarted = runner.restart(functions[index:])
+                if isinstance(restarted, Result):
+                    for rest in functions[index:]:
+                        results.append(_copy_failure(restarted, rest))
+                    break
+                positions = restarted
+            result = runner.check(positions[function.id], function, len(functions))
+            results.append(result)
+            failures += result.status in planned.fail_on
+            if on_result is not None:
+                on_result(result, index, len(functions))
+        runner.finish_worker()
+    except KeyboardInterrupt:
+        interrupted = True
+        runner.discard_worker()
+    except BaseException:
+        runner.discard_worker()
+        raise
+    return RunReport(
+        results=tuple(results),
+        seed=planned.seed,
+        seconds=time.perf_counter() - start,
+        interrupted=interrupted,
+        version=_VERSION,
+        fail_on=planned.fail_on,
+        maxfail=options.maxfail,
+        not_checked=tuple(f.id for f in functions[len(results) :]),
+    )
+
+
+def _copy_failure(template: Result, function: PlannedFunction) -> Result:
+    return Result(
+        id=function.id,
+        name=function.name,
+        kind=function.kind,
+        status="error",
+        problems=template.problems,
+        path=function.path,
+        line=function.line,
+        reproduce=function.reproduce,
+    )
+
+
+def _write_to_stderr(text: str) -> None:
+    # Looked up at each write: the command line's stream may be swapped (a progress bar, CliRunner).
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+# -- the worker's side ------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (a killed parent leaves no hung worker)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def serve() -> None:
+    """The worker's main loop: take jobs from standard input, answer on standard output, until input ends."""
+    # Ctrl-C reaches the whole process group; the parent alone decides what it stops.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    commands = Connection(os.dup(0), writable=False)
+    replies = Connection(os.dup(1), readable=False)
+    # Whatever the user's code or TensorFlow prints, even from C, goes to the output pipe.
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    while True:
+        try:
+            job = commands.recv()
+        except (EOFError, OSError):
+            return
+        if isinstance(job, Job):
+            _serve_job(job, commands, replies)
+
+
+def _serve_job(job: Job, commands: Connection, replies: Connection) -> None:
+    saved_path, saved_environ = list(sys.path), dict(os.environ)
+    sys.path[:] = list(job.sys_path)
+    os.environ.clear()
+    os.environ.update(job.environ)
+    try:
+        _answer(job, commands, replies)
+    finally:
+        sys.path[:] = saved_path
+        os.environ.clear()
+        os.environ.update(saved_environ)
+        # An idle worker needs no directory of its own, and the job's may be gone by the next job.
+        os.chdir(os.sep)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os.write(2, _SYNC)
+        replies.send(Ended())
+
+
+def _answer(job: Job, commands: Connection, replies: Connection) -> None:
+    from gradcheck import _tf, state
+
+    _tf.set_verbose(job.verbose)
+    try:
+        os.chdir(job.cwd)
+        _tf.tensorflow()
+    except UsageError as error:  # TensorFlow is not installed
+        replies.send(Refused(str(error), None))
+    except FileNotFoundError:
+        replies.send(Refused(f"{job.cwd}: the current directory does not exist (any more)", None))
+    else:
+        # Whatever the job leaves that the snapshots around imports and checks do not cover
+        # (a package's __init__ run while a dotted target is looked up) ends with the job,
+        # so the next job of this worker starts as this one did.
+        with state.preserved():
+            _plan_and_check(job, commands, replies)
+        return
+    _until_end(commands)
+
+
+def _plan_and_check(job: Job, commands: Connection, replies: Connection) -> None:
+    from gradcheck import session
+
+    plan = None
+    try:
+        plan = session.plan_run(job.options, on_import=lambda path: replies.send(Importing(path)))
+    except UsageError as error:
+        cause = error.__cause__
+        details = "".join(traceback.format_exception(cause)) if cause is not None else None
+        replies.send(Refused(str(error), details))
+    except Exception:
+        replies.send(Crashed(traceback.format_exc()))
+    if plan is None:
+        _until_end(commands)
+        return
+    replies.send(
+        Planned(
+            functions=tuple(
+                PlannedFunction(
+                    id=r.subject.id,
+                    name=r.subject.name,
+                    kind=r.subject.kind,
+                    path=r.subject.path,
+                    line=r.subject.line,
+                    timeout=r.settings.timeout,
+                    reproduce=r.reproduce,
+                )
+                for r in plan.requests
+            ),
+            seed=plan.seed,
+            fail_on=plan.fail_on,
+        )
+    )
+    while True:
+        command = _next_command(commands)
+        if isinstance(command, End):
+            return
+        if isinstance(command, Check):
+            try:
+                result = session.check_one(plan.requests[command.index])
+                replies.send(Finished(command.index, result))
+            except Exception:  # a bug in gradcheck (results are plain records, and pickle)
+                replies.send(Crashed(traceback.format_exc()))
+
+
+def _next_command(commands: Connection) -> Any:
+    try:
+        return commands.recv()
+    except (EOFError, OSError):
+        os._exit(0)  # the parent is gone: nobody wants the rest
+
+
+def _until_end(commands: Connection) -> None:
+    """After a refusal: wait for the parent to end the run."""
+    while not isinstance(_next_command(commands), End):
+        pass

@@ -1,0 +1,533 @@
+"""Faults in the user's code are results, not crashes; nothing hangs, nothing is lost (issue 6, points 2 and 5).
+
+Each fault a user's function can have is one test: what it raises, returns,
+allocates, or whether it returns at all. Time and memory bounds are tested
+through the real worker process (``gradcheck run`` checks in one), with
+functions that really sleep, spin inside a TensorFlow op, allocate or end
+the process; Ctrl-C through a real ``gradcheck`` subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import gradcheck
+from gradcheck import worker
+from tests.helpers import blamed, by_name, invoke, run_json, write
+
+FAULTS = """
+    import sys
+
+    import numpy as np
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def forward_raises(x):
+        raise ValueError("the forward pass is broken")
+
+    @tf.custom_gradient
+    def backward_raises(x):
+        def grad(dy):
+            raise RuntimeError("the backward pass is broken")
+        return x * x, grad
+
+    @tf.custom_gradient
+    def returns_a_string(x):
+        def grad(dy):
+            return "2 * x * dy"
+        return x * x, grad
+
+    @tf.custom_gradient
+    def returns_numpy_of_the_wrong_shape(x):
+        def grad(dy):
+            return np.ones((2, 2))
+        return x * x, grad
+
+    @tf.custom_gradient
+    def returns_a_list_one_short(x, y):
+        def grad(dy):
+            return [dy * y]
+        return x * y, grad
+
+    @tf.custom_gradient
+    def returns_a_list_of_numbers(x):
+        def grad(dy):
+            return [1.0, 2.0]
+        return x * x, grad
+
+    @tf.custom_gradient
+    def returns_int_tensor(x):
+        def grad(dy):
+            return tf.constant([1, 2, 3])
+        return x * x, grad
+
+    @tf.custom_gradient
+    def nan_output(x):
+        def grad(dy):
+            return dy / (2.0 * tf.sqrt(x))
+        return tf.sqrt(x - 10.0), grad
+
+    @tf.custom_gradient
+    def calls_sys_exit(x):
+        sys.exit(4)
+
+    @tf.custom_gradient
+    def square(x):
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+"""
+
+FAULTS_CONFIG = """
+[functions.returns_a_list_one_short]
+inputs = { x = [3], y = [3] }
+"""
+for _name in (
+    "forward_raises",
+    "backward_raises",
+    "returns_a_string",
+    "returns_numpy_of_the_wrong_shape",
+    "returns_a_list_of_numbers",
+    "returns_int_tensor",
+    "nan_output",
+    "calls_sys_exit",
+    "square",
+):
+    FAULTS_CONFIG += f"[functions.{_name}]\ninputs = {{ x = [3] }}\n"
+
+
+@pytest.fixture
+def faults(project: Path) -> Path:
+    write(project, "faults.py", FAULTS)
+    write(project, "gradcheck.toml", FAULTS_CONFIG)
+    return project
+
+
+def _one(name: str) -> dict[str, Any]:
+    report = run_json(f"faults.py::{name}")
+    assert report["exit_code"] == 1
+    return by_name(report)[name]
+
+
+def _line_of(fragment: str) -> int:
+    """The line of ``fragment`` in faults.py as written (dedented, as ``write`` writes it)."""
+    lines = textwrap.dedent(FAULTS).lstrip().splitlines()
+    return next(number for number, line in enumerate(lines, start=1) if fragment in line)
+
+
+def test_forward_that_raises_is_an_error_showing_the_users_line(faults: Path) -> None:
+    result = _one("forward_raises")
+    assert result["status"] == "error"
+    problem = result["problems"][0]
+    assert problem["check"] == "exception"
+    line = _line_of("the forward pass is broken")
+    assert f"faults.py:{line}" in problem["message"]
+    assert "ValueError: the forward pass is broken" in problem["message"]
+    assert problem["line"] == line
+
+
+def test_backward_that_raises_is_an_error_showing_the_users_line(faults: Path) -> None:
+    result = _one("backward_raises")
+    assert result["status"] == "error"
+    assert {p["check"] for p in result["problems"]} == {"exception"}
+    message = result["problems"][0]["message"]
+    assert f"faults.py:{_line_of('the backward pass is broken')}" in message
+    assert "RuntimeError: the backward pass is broken" in message
+
+
+def test_backward_returning_a_string_is_a_dtype_problem_without_value_checks(faults: Path) -> None:
+    result = _one("returns_a_string")
+    assert result["status"] == "failed"
+    assert blamed(result) == {("dtype", "x")}
+    problem = result["problems"][0]
+    assert problem["got"] == "str" and "not a tensor" in problem["message"]
+
+
+def test_backward_returning_numpy_of_the_wrong_shape_is_a_shape_problem(faults: Path) -> None:
+    result = _one("returns_numpy_of_the_wrong_shape")
+    assert result["status"] == "failed"
+    assert blamed(result) == {("shape", "x")}
+    problem = result["problems"][0]
+    assert (problem["expected"], problem["got"]) == ("(3,)", "(2, 2)")
+
+
+def test_backward_returning_a_list_one_short_is_a_count_problem(faults: Path) -> None:
+    result = _one("returns_a_list_one_short")
+    assert result["status"] == "failed"
+    assert blamed(result) == {("count", None)}
+    assert (result["problems"][0]["expected"], result["problems"][0]["got"]) == ("2", "1")
+
+
+def test_backward_returning_a_python_list_of_numbers_is_a_count_problem(faults: Path) -> None:
+    # TensorFlow reads a list as one gradient per input: two numbers are two gradients for one input.
+    result = _one("returns_a_list_of_numbers")
+    assert result["status"] == "failed"
+    assert blamed(result) == {("count", None)}
+    assert (result["problems"][0]["expected"], result["problems"][0]["got"]) == ("1", "2")
+
+
+def test_backward_returning_an_integer_tensor_is_a_dtype_problem(faults: Path) -> None:
+    result = _one("returns_int_tensor")
+    assert ("dtype", "x") in blamed(result)
+    problem = next(p for p in result["problems"] if p["check"] == "dtype")
+    assert (problem["expected"], problem["got"]) == ("float64", "int32")
+
+
+def test_nan_in_the_forward_output_is_reported_and_values_not_compared(faults: Path) -> None:
+    result = _one("nan_output")
+    assert result["status"] == "failed"
+    assert blamed(result) == {("finite", None)}
+    assert "NaN or Inf" in result["problems"][0]["message"]
+
+
+def test_sys_exit_in_the_users_code_is_an_error_not_the_end_of_the_run(faults: Path) -> None:
+    result = _one("calls_sys_exit")
+    assert result["status"] == "error"
+    assert result["problems"][0]["check"] == "exception"
+    assert "sys.exit(4)" in result["problems"][0]["message"]
+
+
+def test_every_function_is_checked_whatever_the_others_do(faults: Path) -> None:
+    report = run_json("faults.py")
+    statuses = {name: result["status"] for name, result in by_name(report).items()}
+    assert len(statuses) == 10
+    assert statuses["square"] == "passed"
+    assert statuses["forward_raises"] == statuses["backward_raises"] == statuses["calls_sys_exit"] == "error"
+    assert report["exit_code"] == 1
+
+
+# -- functions that never return, allocate without bound, or end the process ------------------
+
+SLOW = """
+    import os
+    import time
+
+    import numpy as np
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def quick(x):
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+
+    @tf.custom_gradient
+    def sleeps(x):
+        time.sleep(60)
+        def grad(dy):
+            return dy
+        return x, grad
+
+    @tf.function
+    def _forever(x):
+        i = tf.constant(0)
+        while tf.constant(True):  # autograph: a tf.while_loop op that never ends
+            i += 1
+        return x * tf.cast(i, x.dtype)
+
+    @tf.custom_gradient
+    def spins(x):
+        def grad(dy):
+            return dy
+        return _forever(x), grad
+
+    @tf.custom_gradient
+    def hogs_memory(x):
+        blocks = [np.ones(25_000_000) for _ in range(30)]  # 200 MB at a time, 6 GB in all
+        time.sleep(60)
+        def grad(dy):
+            return dy
+        return x + float(len(blocks)), grad
+
+    NAPPED = []
+
+    @tf.custom_gradient
+    def naps_once(x):
+        if not NAPPED:
+            NAPPED.append(True)
+            time.sleep(2)
+        def grad(dy):
+            return dy
+        return x, grad
+
+    @tf.custom_gradient
+    def ends_the_process(x):
+        os._exit(7)
+
+    @tf.custom_gradient
+    def cube(x):
+        def grad(dy):
+            return 3.0 * x * x * dy
+        return x * x * x, grad
+"""
+
+
+SLOW_NAMES = ("quick", "sleeps", "spins", "hogs_memory", "naps_once", "ends_the_process", "cube")
+
+
+@pytest.fixture
+def slow(project: Path) -> Path:
+    write(project, "slow.py", SLOW)
+    write(project, "gradcheck.toml", "".join(f"[functions.{name}]\ninputs = {{ x = [3] }}\n" for name in SLOW_NAMES))
+    return project
+
+
+def test_a_function_that_sleeps_past_the_timeout_is_an_error_and_the_run_goes_on(slow: Path) -> None:
+    report = run_json("slow.py::quick", "slow.py::sleeps", "slow.py::cube", "--timeout", "3")
+    results = by_name(report)
+    assert list(results) == ["quick", "sleeps", "cube"]
+    assert results["quick"]["status"] == "passed" and results["cube"]["status"] == "passed"
+    sleeps = results["sleeps"]
+    assert sleeps["status"] == "error"
+    assert [p["check"] for p in sleeps["problems"]] == ["exception"]
+    assert sleeps["problems"][0]["message"].startswith("timeout: the check did not finish within 3 s")
+    assert report["exit_code"] == 1
+
+
+def test_a_hung_tensorflow_op_is_stopped_by_the_timeout_from_the_config(slow: Path) -> None:
+    config = (slow / "gradcheck.toml").read_text()
+    write(slow, "gradcheck.toml", config.replace("[functions.spins]\n", "[functions.spins]\ntimeout = 2\n"))
+    report = run_json("slow.py::spins", "slow.py::cube")
+    assert report["exit_code"] == 1
+    results = by_name(report)
+    assert results["spins"]["status"] == "error"
+    assert "timeout: the check did not finish within 2 s" in results["spins"]["problems"][0]["message"]
+    assert results["cube"]["status"] == "passed"
+
+
+def test_a_function_that_allocates_past_the_memory_bound_is_an_error_and_the_run_goes_on(slow: Path) -> None:
+    report = run_json("slow.py::hogs_memory", "slow.py::cube", "--max-memory", "3000", "--timeout", "40")
+    assert report["exit_code"] == 1
+    results = by_name(report)
+    hog = results["hogs_memory"]
+    assert hog["status"] == "error"
+    assert hog["problems"][0]["check"] == "exception"
+    assert hog["problems"][0]["message"].startswith("memory: the check used more than 3000 MB")
+    assert results["cube"]["status"] == "passed"
+
+
+def test_a_function_that_ends_the_process_is_an_error_and_the_run_goes_on(slow: Path) -> None:
+    report = run_json("slow.py::ends_the_process", "slow.py::cube")
+    assert report["exit_code"] == 1
+    results = by_name(report)
+    ended = results["ends_the_process"]
+    assert ended["status"] == "error"
+    assert "the process checking this function died" in ended["problems"][0]["message"]
+    assert "exited with code 7" in ended["problems"][0]["message"]
+    assert results["cube"]["status"] == "passed"
+
+
+def test_a_module_whose_import_never_ends_is_a_usage_error_after_the_timeout(project: Path) -> None:
+    write(project, "hangs.py", "import time\nimport tensorflow as tf\ntime.sleep(60)\n")
+    result = invoke("run", "hangs.py", "--timeout", "3")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        "gradcheck: error: hangs.py: importing the module did not finish within 3 s (--timeout); "
+        "move slow work out of module level, or raise --timeout"
+    ]
+
+
+def test_timeout_0_means_no_limit(slow: Path) -> None:
+    limited = by_name(run_json("slow.py::naps_once", "--timeout", "1"))["naps_once"]
+    assert limited["status"] == "error" and "timeout" in limited["problems"][0]["message"]
+    unlimited = by_name(run_json("slow.py::naps_once", "--timeout", "0"))["naps_once"]
+    assert unlimited["status"] == "passed"
+
+
+# -- files and Ctrl-C ---------------------------------------------------------------------
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        str(path.relative_to(folder)): (path.read_bytes(), path.stat().st_mtime_ns)
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_a_run_leaves_every_file_but_the_report_it_names_as_it_was(faults: Path) -> None:
+    write(faults, "old-report.json", '{"from": "an earlier run"}\n')
+    write(faults, "report.json", '{"from": "an earlier run"}\n')
+    before = _snapshot(faults)
+    result = invoke("run", "faults.py", "--format", "json", "-o", "report.json")
+    assert result.exit_code == 1
+    after = _snapshot(faults)
+    assert sorted(after) == sorted(before)  # no __pycache__, no temporary files left behind
+    changed = {name for name in before if after[name] != before[name]}
+    assert changed == {"report.json"}
+    assert json.loads((faults / "report.json").read_text())["exit_code"] == 1
+
+
+TWO = """
+    import time
+    from pathlib import Path
+
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def first(x):
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+
+    @tf.custom_gradient
+    def second(x):
+        Path("second-started").write_text("")
+        time.sleep(60)
+        def grad(dy):
+            return dy
+        return x, grad
+"""
+
+
+def test_ctrl_c_prints_the_results_so_far_leaves_no_partial_report_and_exits_130(tmp_path: Path) -> None:
+    write(tmp_path, "two.py", TWO)
+    write(
+        tmp_path,
+        "gradcheck.toml",
+        "[functions.first]\ninputs = { x = [3] }\n[functions.second]\ninputs = { x = [3] }\n",
+    )
+    write(tmp_path, "report.json", '{"from": "an earlier run"}\n')
+    module_before = (tmp_path / "two.py").read_bytes()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gradcheck",
+            "run",
+            "two.py",
+            "--format",
+            "json",
+            "-o",
+            "report.json",
+            "--format",
+            "text",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # The second function starts only once the first one's result has reached the parent.
+        waited = 0.0
+        while not (tmp_path / "second-started").exists():
+            assert process.poll() is None, process.communicate()
+            assert waited < 120, "the second function never started"
+            time.sleep(0.05)
+            waited += 0.05
+        os.kill(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert "PASSED  two.py::first" in stdout
+    assert stdout.strip().splitlines()[-1].endswith("(interrupted: 1 not checked)")
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["exit_code"] == 130
+    assert [r["id"] for r in report["results"]] == ["two.py::first"]
+    assert report["not_checked"] == ["two.py::second"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gradcheck.toml", "report.json", "second-started", "two.py"]
+    assert (tmp_path / "two.py").read_bytes() == module_before
+
+
+# -- what the user's code prints, and bugs of gradcheck's own ---------------------------------
+
+PRINTS = """
+    import os
+
+    import tensorflow as tf
+
+    print("printed at import")
+    os.write(1, b"written to file descriptor 1 at import\\n")
+
+    @tf.custom_gradient
+    def square(x):
+        print("printed in the forward pass")
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+"""
+
+
+def test_what_the_users_code_prints_goes_to_stderr_never_into_the_report(project: Path) -> None:
+    write(project, "prints.py", PRINTS)
+    write(project, "gradcheck.toml", "[functions.square]\ninputs = { x = [3] }\n")
+    result = invoke("run", "prints.py", "--format", "json")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["summary"]["passed"] == 1  # standard output holds the document alone
+    for line in ("printed at import", "written to file descriptor 1 at import", "printed in the forward pass"):
+        assert line in result.stderr
+
+
+SABOTAGE = """
+    import gradcheck.checker
+    import tensorflow as tf
+
+    gradcheck.checker.input_records = None  # gradcheck's own code now fails, outside the user's
+
+    @tf.custom_gradient
+    def square(x):
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+"""
+
+
+def test_a_bug_met_in_the_worker_is_an_internal_error_with_its_traceback(project: Path) -> None:
+    write(project, "sabotage.py", SABOTAGE)
+    write(project, "gradcheck.toml", "[functions.square]\ninputs = { x = [3] }\n")
+    result = invoke("run", "sabotage.py")
+    assert result.exit_code == 3
+    assert "Traceback" in result.stderr and "gradcheck/checker.py" in result.stderr
+    assert "TypeError: 'NoneType' object is not callable" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("gradcheck: internal error: this is a bug in gradcheck")
+    # That worker was stopped, not kept: the next run checks with gradcheck's code intact.
+    write(project, "ops.py", SABOTAGE.replace("gradcheck.checker.input_records = None", ""))
+    assert invoke("run", "ops.py").exit_code == 0
+
+
+def test_results_travel_between_processes_as_they_are(project: Path) -> None:
+    # The worker sends results to the command line pickled: every field survives, heat maps included.
+    write(project, "wrong.py", FAULTS.replace("return 2.0 * x * dy", "return 3.0 * x * dy"))
+    sys.path.insert(0, str(project))
+    try:
+        import wrong  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(project))
+    try:
+        result = gradcheck.check(wrong.square, inputs={"x": (4, 3)})
+    finally:
+        sys.modules.pop("wrong", None)
+    assert result.status == "failed" and any(p.heatmap is not None for p in result.problems)
+    copy = pickle.loads(pickle.dumps(result))
+    assert copy == result and copy.to_dict() == result.to_dict()
+    assert [p.heatmap for p in copy.problems] == [p.heatmap for p in result.problems]
+    assert [p.traceback for p in copy.problems] == [p.traceback for p in result.problems]
+
+
+def test_a_run_after_the_directory_of_the_last_one_was_deleted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The worker kept from one run must not depend on that run's directory.
+    for name in ("first", "second"):
+        write(tmp_path / name, "ops.py", FAULTS)
+        write(tmp_path / name, "gradcheck.toml", FAULTS_CONFIG)
+    monkeypatch.chdir(tmp_path / "first")
+    worker._close_idle_worker()  # the worker starts here, in the directory about to go
+    assert invoke("run", "ops.py::square").exit_code == 0
+    monkeypatch.chdir(tmp_path / "second")
+    shutil.rmtree(tmp_path / "first")
+    assert invoke("run", "ops.py::square").exit_code == 0
