@@ -76,7 +76,7 @@ MAX_DRAWS = 3
 LOCALISE_MAX_ELEMENTS = 4096
 #: Beyond this many Jacobian entries (input elements x output elements), full mode checks
 #: that input with random projections instead. Full mode never holds a Jacobian (its
-#: batches of perturbed inputs stay under 16 MB), so the bound is on time: each input
+#: batches of perturbed inputs stay under 64 MB), so the bound is on time: each input
 #: element costs a few forward passes over every output.
 JACOBIAN_MAX_ENTRIES = 10**9
 #: Exceptions that mean "these shapes do not fit" while probing.

@@ -175,14 +175,18 @@ class CallPlan:
     def build(self, lookup: Callable[[Argument], Any]) -> tuple[list[Any], dict[str, Any]]:
         """Positional and keyword arguments, each leaf given by ``lookup``."""
 
-        def value(argument: Argument) -> Any:
-            if argument.role == "list":
-                return [value(item) for item in argument.items]
-            return lookup(argument)
-
-        args = [value(a) for a in self.arguments if not a.keyword]
-        kwargs = {a.name: value(a) for a in self.arguments if a.keyword}
+        args = [_argument_value(a, lookup) for a in self.arguments if not a.keyword]
+        kwargs = {a.name: _argument_value(a, lookup) for a in self.arguments if a.keyword}
         return args, kwargs
+
+
+def _argument_value(argument: Argument, lookup: Callable[[Argument], Any]) -> Any:
+    # A module-level function, not a closure that calls itself: such a closure is a
+    # reference cycle, and it kept every batch of perturbed inputs alive until the
+    # cyclic garbage collector happened to run (gigabytes, in full mode).
+    if argument.role == "list":
+        return [_argument_value(item, lookup) for item in argument.items]
+    return lookup(argument)
 
 
 def _flatten_python(value: Any) -> list[Any]:

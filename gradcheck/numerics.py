@@ -974,9 +974,9 @@ Loss = Callable[[dict[str, Any]], tuple[float, float]]
 #: for every row of a stack of perturbations of one input, as two arrays.
 BatchedLoss = Callable[[str, Perturbations], tuple[np.ndarray, np.ndarray]]
 
-#: Floats in one stack of perturbed inputs (16 MB). Larger stacks run a little faster but
-#: the allocator keeps what they used: peak memory grows about 14 times the stack size.
-BATCH_FLOATS = 2_000_000
+#: Floats in one stack of perturbed inputs (64 MB): big enough that a batched matmul runs
+#: near full speed, small enough that full mode's peak memory stays in the tens of MB.
+BATCH_FLOATS = 8_000_000
 
 
 def one_at_a_time(loss: Loss, values: dict[str, Any]) -> BatchedLoss:
