@@ -10,6 +10,7 @@ from gradcheck.inputs import Argument, CallPlan, TensorSpec
 from gradcheck.numerics import (
     FunctionTarget,
     Harness,
+    Perturbations,
     default_step,
     directional_derivative,
     element_directions,
@@ -136,3 +137,32 @@ def test_projection_of_custom_gradient_matches_finite_differences() -> None:
         custom, direction, estimate.value, estimate.error, compare.tolerance("float64", "numeric")
     )
     assert verdict.ok and verdict.conclusive
+
+
+def test_batched_losses_leave_no_reference_cycles() -> None:
+    """A cycle through a batch of perturbed inputs keeps it alive until the cyclic collector runs:
+    gigabytes of stale batches in full mode before this was fixed."""
+    import gc
+
+    @tf.custom_gradient
+    def f(A, W):
+        def grad(dy):
+            return tf.matmul(dy, W, transpose_b=True), tf.matmul(A, dy, transpose_a=True)
+
+        return tf.matmul(A, W), grad
+
+    harness = Harness(FunctionTarget(f.__wrapped__), _plan(A=(8, 8), W=(8, 8)))
+    rng = np.random.default_rng(0)
+    values = {"A": rng.standard_normal((8, 8)), "W": rng.standard_normal((8, 8))}
+    harness.outputs(values)
+    losses = harness.losses(values, [rng.standard_normal((8, 8))])
+    stack = Perturbations.sparse((8, 8), np.arange(4), np.arange(4), np.full(4, 1e-3), 4)
+    losses("A", stack)  # chooses and caches the batching strategy
+    assert harness.batching["A"][0] == "stack"
+    gc.collect()
+    gc.disable()
+    try:
+        losses("A", stack)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
