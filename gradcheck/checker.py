@@ -204,6 +204,21 @@ def user_traceback(error: BaseException, path: str | None) -> str:
     return "".join(traceback.format_exception(type(error), error, tb))
 
 
+def exception_problem(what: str, error: BaseException, path: str | None, described: bool = True) -> Problem:
+    """An ``exception`` problem: ``what: file:line in func: Type: message``, with the user's traceback and line.
+
+    With ``described=False`` the message is ``what`` alone (it already describes the error).
+    """
+    message = f"{what}: {describe_exception(error, path)}" if described else what
+    return Problem(
+        "exception",
+        None,
+        message,
+        traceback=user_traceback(error, path),
+        line=user_line(error, path),
+    )
+
+
 def _fmt_shape(shape: tuple[int | None, ...] | None) -> str:
     if shape is None:
         return "unknown"
@@ -514,15 +529,7 @@ class _Check:
             return "skipped"
         except UserCodeError as error:
             cause = error.__cause__ or error
-            self.problems.append(
-                Problem(
-                    "exception",
-                    None,
-                    str(error),
-                    traceback=user_traceback(cause, self.subject.path),
-                    line=user_line(cause, self.subject.path),
-                )
-            )
+            self.problems.append(exception_problem(str(error), cause, self.subject.path, described=False))
             return "error"
         finally:
             for harness in (self.harness, self.reference):
@@ -555,15 +562,7 @@ class _Check:
             self.harness.restore()
             if dtype == "float64" and _dtype_clash(error):
                 return self._rerun_in_float32(error)
-            self.problems.append(
-                Problem(
-                    "exception",
-                    None,
-                    f"forward pass raised: {describe_exception(error, self.subject.path)}",
-                    traceback=user_traceback(error, self.subject.path),
-                    line=user_line(error, self.subject.path),
-                )
-            )
+            self.problems.append(exception_problem("forward pass raised", error, self.subject.path))
             return "error"
         if built.layer is not None and self.fresh_layer:
             self._redraw_layer_weights(
@@ -627,14 +626,9 @@ class _Check:
 
     def _rerun_in_float32(self, error: BaseException) -> str:
         if self.request.dtype_given:
-            self.problems.append(
-                Problem(
-                    "exception",
-                    None,
-                    f"forward pass raised with {self.dtype} inputs: {describe_exception(error, self.subject.path)}",
-                    hint='the code mixes in float32 constants: check it with --dtype float32 (or dtype = "float32")',
-                )
-            )
+            problem = exception_problem(f"forward pass raised with {self.dtype} inputs", error, self.subject.path)
+            hint = 'the code mixes in float32 constants: check it with --dtype float32 (or dtype = "float32")'
+            self.problems.append(replace(problem, hint=hint))
             return "error"
         self.notes.append(
             "ran in float32: with float64 inputs the forward pass raised "
@@ -735,15 +729,7 @@ class _Check:
                 "forward-done": "TensorFlow raised after the forward pass",
                 "backward": "backward function raised",
             }[phase]
-            return [
-                Problem(
-                    "exception",
-                    None,
-                    f"{where}: {describe_exception(error, path)}",
-                    traceback=user_traceback(error, path),
-                    line=user_line(error, path),
-                )
-            ]
+            return [exception_problem(where, error, path)]
         for record in records:
             if record.returned is not None:
                 problems.extend(self._audit_returned(record))
@@ -751,15 +737,7 @@ class _Check:
             if record.malformed and record.returned is not None:
                 problems.append(Problem("variables", None, record.malformed, hint=_VARIABLES_HINT))
         if error is not None and not problems:
-            problems.append(
-                Problem(
-                    "exception",
-                    None,
-                    f"TensorFlow raised after the backward function returned: {describe_exception(error, path)}",
-                    traceback=user_traceback(error, path),
-                    line=user_line(error, path),
-                )
-            )
+            problems.append(exception_problem("TensorFlow raised after the backward function returned", error, path))
         keyword_inputs = any(a.keyword for a in self.plan.differentiable) if self.plan else False
         if outcome.ok and not isinstance(self.built.target if self.built else None, WrapperTarget):
             never = [r for r in records if r.calls == 0]
@@ -1782,12 +1760,8 @@ def check_subject(request: CheckRequest) -> Result:
         except SystemExit as exit_:  # the user's code called sys.exit(): not a reason to end the run
             status = "error"
             check.problems.append(
-                Problem(
-                    "exception",
-                    None,
-                    f"the function called sys.exit({exit_.code!r})",
-                    traceback=user_traceback(exit_, request.subject.path),
-                    line=user_line(exit_, request.subject.path),
+                exception_problem(
+                    f"the function called sys.exit({exit_.code!r})", exit_, request.subject.path, described=False
                 )
             )
     subject = request.subject
