@@ -54,6 +54,32 @@ def blamed(result: dict[str, Any]) -> set[tuple[str, str | None]]:
     return {(problem["check"], problem["input"]) for problem in result["problems"]}
 
 
+#: One function passes, one fails on values (with a heat map), one raises in its backward function.
+MIXED = """
+    import tensorflow as tf
+
+
+    @tf.custom_gradient
+    def good(x):
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+
+
+    @tf.custom_gradient
+    def bad(x):
+        def grad(dy):
+            return 3.0 * x * dy
+        return x * x, grad
+
+
+    @tf.custom_gradient
+    def raises(x):
+        def grad(dy):
+            raise ValueError("backward is 100% broken: a, b")
+        return x * x, grad
+"""
+
 #: A custom gradient that accepts no small guessed shape: it is skipped unless configured.
 PICKY = """
     import tensorflow as tf
@@ -79,3 +105,7 @@ def load_copy(path: Path) -> Any:
     finally:
         sys.modules.pop(spec.name, None)
     return module
+
+
+#: One function of each status: passed, failed, error (the backward function raises) and skipped.
+STATUSES = MIXED + PICKY.replace("    import tensorflow as tf\n", "", 1)

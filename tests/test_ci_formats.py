@@ -13,42 +13,7 @@ from gradcheck.errors import UsageError
 from gradcheck.reporting import FORMATS, RenderOptions, render
 from gradcheck.reporting.github import escape_data, escape_property, workflow_command
 from gradcheck.results import Problem, Result, RunReport
-from tests.helpers import FIXTURES, invoke, write
-
-#: One function of each status: passed, failed, error (the backward function raises) and skipped.
-STATUSES = """
-    import tensorflow as tf
-
-
-    @tf.custom_gradient
-    def good(x):
-        def grad(dy):
-            return 2.0 * x * dy
-        return x * x, grad
-
-
-    @tf.custom_gradient
-    def bad(x):
-        def grad(dy):
-            return 3.0 * x * dy
-        return x * x, grad
-
-
-    @tf.custom_gradient
-    def raises(x):
-        def grad(dy):
-            raise ValueError("backward is 100% broken: a, b")
-        return x * x, grad
-
-
-    @tf.custom_gradient
-    def picky(x):
-        tf.debugging.assert_equal(tf.shape(x), [7, 11])
-        def grad(dy):
-            return dy
-        return tf.identity(x), grad
-"""
-
+from tests.helpers import FIXTURES, STATUSES, invoke, write
 
 #: A second module: one passing, one skipped.
 OTHER = """
