@@ -244,20 +244,20 @@ def test_method_whose_class_needs_init_is_skipped_or_errors(project: Path) -> No
     assert "ops.py:6 in __init__" in result["problems"][0]["message"]
 
 
-def test_same_seed_same_report(project: Path) -> None:
-    write(
-        project,
-        "ops.py",
-        """
-        import tensorflow as tf
+#: A product whose gradient for w is 1% off: fails, with numbers worth comparing between runs.
+SLIGHTLY_WRONG = """
+    import tensorflow as tf
 
-        @tf.custom_gradient
-        def f(x, w):
-            def grad(dy):
-                return dy * w, dy * x * 1.01
-            return x * w, grad
-        """,
-    )
+    @tf.custom_gradient
+    def f(x, w):
+        def grad(dy):
+            return dy * w, dy * x * 1.01
+        return x * w, grad
+"""
+
+
+def test_same_seed_same_report(project: Path) -> None:
+    write(project, "ops.py", SLIGHTLY_WRONG)
 
     def stable(*args: str) -> str:
         report = run_json("ops.py", *args)
@@ -300,19 +300,7 @@ def test_reference_selects_the_comparisons(reference: str, checks: set[str]) -> 
 
 
 def test_the_reproduce_command_gives_the_same_verdict(project: Path) -> None:
-    write(
-        project,
-        "ops.py",
-        """
-        import tensorflow as tf
-
-        @tf.custom_gradient
-        def f(x, w):
-            def grad(dy):
-                return dy * w, dy * x * 1.01
-            return x * w, grad
-        """,
-    )
+    write(project, "ops.py", SLIGHTLY_WRONG)
     first = run_json("ops.py", "--seed", "11", "--mode", "full", "--dim", "N=3", "--shape", "x=N", "--shape", "w=N")
     command = first["results"][0]["reproduce"].split()
     assert command[:2] == ["gradcheck", "run"]

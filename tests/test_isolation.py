@@ -30,7 +30,7 @@ from tensorflow.python.framework import config as tf_config
 
 import gradcheck
 from gradcheck import session
-from tests.helpers import by_name, invoke, write
+from tests.helpers import by_name, invoke, load_copy, write
 
 MUTATOR = """
     import os
@@ -266,14 +266,14 @@ RECORDER = """
 """
 
 
+@pytest.fixture
+def recorder(project: Path) -> Any:
+    """The RECORDER module, written into the project and imported (a private copy, not in sys.modules)."""
+    return load_copy(write(project, "recorder.py", RECORDER))
+
+
 @pytest.mark.parametrize("tf32", [True, False])
-def test_tf32_is_off_during_checks_and_as_it_was_after(project: Path, tf32: bool) -> None:
-    write(project, "recorder.py", RECORDER)
-    sys.path.insert(0, str(project))
-    try:
-        import recorder  # type: ignore[import-not-found]
-    finally:
-        sys.path.remove(str(project))
+def test_tf32_is_off_during_checks_and_as_it_was_after(recorder: Any, tf32: bool) -> None:
     saved = tf.config.experimental.tensor_float_32_execution_enabled()
     try:
         tf.config.experimental.enable_tensor_float_32_execution(tf32)
@@ -282,58 +282,30 @@ def test_tf32_is_off_during_checks_and_as_it_was_after(project: Path, tf32: bool
         assert tf.config.experimental.tensor_float_32_execution_enabled() is tf32
     finally:
         tf.config.experimental.enable_tensor_float_32_execution(saved)
-        sys.modules.pop("recorder", None)
 
 
-def test_device_cpu_places_the_checks_on_the_cpu(project: Path) -> None:
-    write(project, "recorder.py", RECORDER)
-    sys.path.insert(0, str(project))
-    try:
-        import recorder
-    finally:
-        sys.path.remove(str(project))
-    try:
-        assert gradcheck.check(recorder.records, inputs={"x": (3,)}, device="cpu").status == "passed"
-        eager = [device for _, device in recorder.SEEN if device]
-        assert eager and all(device.endswith("CPU:0") for device in eager)
-    finally:
-        sys.modules.pop("recorder", None)
+def test_device_cpu_places_the_checks_on_the_cpu(project: Path, recorder: Any) -> None:
+    assert gradcheck.check(recorder.records, inputs={"x": (3,)}, device="cpu").status == "passed"
+    eager = [device for _, device in recorder.SEEN if device]
+    assert eager and all(device.endswith("CPU:0") for device in eager)
     write(project, "gradcheck.toml", "device = 'cpu'\n[functions.records]\ninputs = { x = [3] }\n")
     assert invoke("run", "recorder.py").exit_code == 0
     assert invoke("run", "recorder.py", "--device", "auto").exit_code == 0
 
 
-def test_check_on_the_gpu_without_one_is_a_usage_error(project: Path) -> None:
+def test_check_on_the_gpu_without_one_is_a_usage_error(recorder: Any) -> None:
     if tf.config.list_physical_devices("GPU"):
         pytest.skip("this machine has a GPU")
-    write(project, "recorder.py", RECORDER)
-    sys.path.insert(0, str(project))
-    try:
-        import recorder
-    finally:
-        sys.path.remove(str(project))
-    try:
-        with pytest.raises(gradcheck.UsageError, match="device='gpu': TensorFlow sees no GPU"):
-            gradcheck.check(recorder.records, inputs={"x": (3,)}, device="gpu")
-        assert recorder.SEEN == []
-    finally:
-        sys.modules.pop("recorder", None)
+    with pytest.raises(gradcheck.UsageError, match="device='gpu': TensorFlow sees no GPU"):
+        gradcheck.check(recorder.records, inputs={"x": (3,)}, device="gpu")
+    assert recorder.SEEN == []
 
 
 @pytest.mark.skipif(not tf.config.list_physical_devices("GPU"), reason="needs a GPU")
-def test_device_gpu_places_the_checks_on_the_gpu(project: Path) -> None:
-    write(project, "recorder.py", RECORDER)
-    sys.path.insert(0, str(project))
-    try:
-        import recorder
-    finally:
-        sys.path.remove(str(project))
-    try:
-        assert gradcheck.check(recorder.records, inputs={"x": (3,)}, device="gpu").status == "passed"
-        eager = [device for _, device in recorder.SEEN if device]
-        assert eager and all(device.endswith("GPU:0") for device in eager)
-    finally:
-        sys.modules.pop("recorder", None)
+def test_device_gpu_places_the_checks_on_the_gpu(recorder: Any) -> None:
+    assert gradcheck.check(recorder.records, inputs={"x": (3,)}, device="gpu").status == "passed"
+    eager = [device for _, device in recorder.SEEN if device]
+    assert eager and all(device.endswith("GPU:0") for device in eager)
 
 
 # -- determinism ----------------------------------------------------------------------------
