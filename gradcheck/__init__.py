@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from gradcheck.api import assert_gradients, check
 from gradcheck.errors import ConfigError, TargetError, UsageError
-from gradcheck.results import ExitCode, InputRecord, Problem, Result, RunReport
+from gradcheck.results import VERSION, ExitCode, InputRecord, Problem, Result, RunReport
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     "ConfigError",

@@ -65,7 +65,7 @@ from gradcheck.numerics import (
     one_at_a_time,
     raised_by_gradcheck,
 )
-from gradcheck.results import InputRecord, Problem, Result
+from gradcheck.results import InputRecord, Problem, Result, format_shape
 
 #: Random directions per input and draw in fast mode.
 PROJECTIONS = 3
@@ -217,12 +217,6 @@ def exception_problem(what: str, error: BaseException, path: str | None, describ
         traceback=user_traceback(error, path),
         line=user_line(error, path),
     )
-
-
-def _fmt_shape(shape: tuple[int | None, ...] | None) -> str:
-    if shape is None:
-        return "unknown"
-    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _fmt_index(index: tuple[int, ...] | None) -> str:
@@ -483,7 +477,7 @@ class _Check:
                 if not outputs:
                     break
                 if all(np.all(np.isfinite(o)) for o in outputs):
-                    described = ", ".join(f"{n}={_fmt_shape(s)}" for n, s in shapes.items())
+                    described = ", ".join(f"{n}={format_shape(s)}" for n, s in shapes.items())
                     self.notes.append(
                         f"no shapes configured: using guessed shapes {described}"
                         + (f" ({distribution} draws)" if distribution != "normal" else "")
@@ -832,12 +826,12 @@ class _Check:
                     name,
                     f"the backward function returned a gradient for the {what} {name}, which is not differentiable",
                     expected="None",
-                    got=f"{gradient.type_name} {_fmt_shape(gradient.shape)}",
+                    got=f"{gradient.type_name} {format_shape(gradient.shape)}",
                     hint=f"return None in {name}'s place",
                 )
             ]
         expected_shape, expected_dtype = slot.shape, slot.dtype
-        expected_text = f"{_fmt_shape(expected_shape)} {expected_dtype}"
+        expected_text = f"{format_shape(expected_shape)} {expected_dtype}"
         if gradient.kind == "none":
             return []
         if gradient.kind == "other":
@@ -865,10 +859,10 @@ class _Check:
                 Problem(
                     "shape",
                     name,
-                    f"the gradient of {name} has shape {_fmt_shape(shape)}, its input {_fmt_shape(expected_shape)}"
+                    f"the gradient of {name} has shape {format_shape(shape)}, its input {format_shape(expected_shape)}"
                     + (" (TensorFlow broadcasts it silently)" if _broadcasts(shape, expected_shape) else ""),  # type: ignore[arg-type]
-                    expected=_fmt_shape(expected_shape),
-                    got=_fmt_shape(shape),
+                    expected=format_shape(expected_shape),
+                    got=format_shape(shape),
                     hint=compare.shape_hint(name, shape, expected_shape, returned_shapes, input_shapes),  # type: ignore[arg-type]
                 )
             )
@@ -932,10 +926,10 @@ class _Check:
                     Problem(
                         "variables",
                         name,
-                        f"the gradient of the variable {name} has shape {_fmt_shape(gradient.shape)}, "
-                        f"the variable {_fmt_shape(shape)}",
-                        expected=_fmt_shape(shape),
-                        got=_fmt_shape(gradient.shape),
+                        f"the gradient of the variable {name} has shape {format_shape(gradient.shape)}, "
+                        f"the variable {format_shape(shape)}",
+                        expected=format_shape(shape),
+                        got=format_shape(gradient.shape),
                         hint=hint,
                     )
                 )

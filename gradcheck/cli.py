@@ -22,9 +22,7 @@ import click
 from gradcheck.config import DEFAULT_TIMEOUT, DEVICES, DTYPES, EXECUTIONS, MODES
 from gradcheck.errors import UsageError
 from gradcheck.reporting import FORMATS
-from gradcheck.results import ExitCode
-
-VERSION = "0.1.0"
+from gradcheck.results import VERSION, ExitCode
 
 
 def _parse_pairs(values: tuple[str, ...], option: str, parse: Callable[[str, str], Any]) -> dict[str, Any]:

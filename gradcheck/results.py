@@ -7,6 +7,7 @@ this module without pulling in TensorFlow or numpy.
 from __future__ import annotations
 
 import enum
+import importlib.metadata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,27 @@ STATUSES = ("passed", "failed", "error", "skipped")
 #: The statuses ``--fail-on`` can name, and those that fail a run by default (as pytest).
 FAIL_ON_STATUSES = ("failed", "error", "skipped")
 DEFAULT_FAIL_ON = ("failed", "error")
+
+
+def _installed_version() -> str:
+    # pyproject.toml holds the one version literal; a source tree that was never installed has none.
+    try:
+        return importlib.metadata.version("gradcheck")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+#: gradcheck's version, from the package metadata.
+VERSION = _installed_version()
+
+
+def format_shape(shape: tuple[int | None, ...] | None) -> str:
+    """``(3,)`` for one axis, as Python writes tuples; ``?`` for an unknown size, ``unknown`` for no shape."""
+    if shape is None:
+        return "unknown"
+    return (
+        "(" + ", ".join("?" if size is None else str(size) for size in shape) + ("," if len(shape) == 1 else "") + ")"
+    )
 
 
 class ExitCode(enum.IntEnum):
@@ -241,7 +263,7 @@ class RunReport:
     """Wall time of the whole run."""
     interrupted: bool = False
     """True when Ctrl-C stopped the run early."""
-    version: str = "0.1.0"
+    version: str = VERSION
     """gradcheck's version."""
     fail_on: tuple[str, ...] = DEFAULT_FAIL_ON
     """The statuses that fail the run."""

@@ -35,9 +35,7 @@ from gradcheck.discovery import (
     select,
 )
 from gradcheck.errors import ConfigError, TargetError, UsageError
-from gradcheck.results import DEFAULT_FAIL_ON, Result, RunReport
-
-VERSION = "0.1.0"
+from gradcheck.results import DEFAULT_FAIL_ON, VERSION, Result, RunReport
 
 
 @dataclass(frozen=True)

@@ -53,14 +53,13 @@ from pathlib import Path
 from typing import Any
 
 from gradcheck.errors import UsageError
-from gradcheck.results import Problem, Result, RunReport
+from gradcheck.results import VERSION, Problem, Result, RunReport
 
 #: How often (seconds) the parent looks at the worker's memory while it waits.
 POLL_SECONDS = 0.05
 #: Written by the worker to its output pipe at the end of a run, so the parent knows it has
 #: passed on everything the run printed before it renders the report.
 _SYNC = b"\x1e-gradcheck-output-sync-\x1e\n"
-_VERSION = "0.1.0"
 
 
 # -- messages -----------------------------------------------------------------------------
@@ -623,7 +622,7 @@ def run(
         seed=planned.seed,
         seconds=time.perf_counter() - start,
         interrupted=interrupted,
-        version=_VERSION,
+        version=VERSION,
         fail_on=planned.fail_on,
         maxfail=options.maxfail,
         not_checked=tuple(f.id for f in functions[len(results) :]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import json
 
@@ -101,7 +102,7 @@ def test_summary_line_forms() -> None:
 
 def test_json_report_matches_the_contract() -> None:
     document = json.loads(render_json(REPORT))
-    assert document["gradcheck"] == "0.1.0"
+    assert document["gradcheck"] == importlib.metadata.version("gradcheck")
     assert document["exit_code"] == 1
     assert document["summary"] == {"passed": 1, "failed": 1, "error": 0, "skipped": 1}
     failed = document["results"][0]

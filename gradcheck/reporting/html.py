@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 from gradcheck.reporting import RenderOptions
 from gradcheck.reporting.heatmap import REFERENCE_NAMES, Grid, layout, pictured_problems
-from gradcheck.reporting.text import format_shape, summary_line
-from gradcheck.results import Problem, Result, RunReport
+from gradcheck.reporting.text import summary_line
+from gradcheck.results import Problem, Result, RunReport, format_shape
 
 #: The largest heat map drawn, in cells per side; bigger inputs are pooled.
 MAX_CELLS = 48

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from gradcheck.reporting import RenderOptions
 from gradcheck.reporting.heatmap import PLAIN_RAMP, REFERENCE_NAMES, Grid, layout, level, pictured_problems
-from gradcheck.results import Problem, Result, RunReport
+from gradcheck.results import Problem, Result, RunReport, format_shape
 
 #: The largest heat map drawn in the terminal, in cells (two characters each).
 HEATMAP_ROWS = 16
@@ -41,11 +41,6 @@ _STATUS_STYLE = {
 
 def _number(value: float | None) -> str:
     return "" if value is None else f"{value:.3g}"
-
-
-def format_shape(shape: tuple[int, ...]) -> str:
-    """``(3,)`` for one axis, as Python writes tuples."""
-    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _index(index: tuple[int, ...] | None) -> str:
