@@ -116,7 +116,7 @@ def check(
     memory bound; the caller's global state (random states, TensorFlow's
     switches, the directory, the function's variables) is as before afterwards.
     """
-    from gradcheck.checker import CheckRequest, check_subject
+    from gradcheck.checking import CheckRequest, check_subject
 
     subject = _subject_for(fn)
     dims = dict(dims or {})

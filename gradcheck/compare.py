@@ -1,4 +1,6 @@
-"""Tolerances per dtype; judging gradients against references; naming the likely bug.
+"""Tolerances per dtype; judging gradients against references; heat maps of the difference.
+
+Naming the likely bug is :mod:`gradcheck.checking.diagnose`'s job.
 
 numpy only. Everything here takes arrays that :mod:`gradcheck.numerics`
 computed and returns plain verdicts, so it is tested without TensorFlow.
@@ -154,116 +156,6 @@ def compare_projection(
         abs_error=abs_error,
         rel_error=abs_error / scale if scale > 0 else None,
     )
-
-
-# -- naming the likely bug ---------------------------------------------------------
-
-
-def close(a: np.ndarray, b: np.ndarray, rtol: float = 1e-3) -> bool:
-    """Equal up to ``rtol`` in norm: for recognising patterns, not for verdicts."""
-    if a.shape != b.shape:
-        return False
-    scale = max(float(np.linalg.norm(b.reshape(-1))), float(np.linalg.norm(a.reshape(-1))))
-    if scale == 0:
-        return True
-    return float(np.linalg.norm((a - b).reshape(-1))) <= rtol * scale
-
-
-def value_hint(
-    got: np.ndarray,
-    expected: np.ndarray,
-    expected_with_ones: np.ndarray | None = None,
-    pattern_rtol: float = 1e-3,
-) -> str | None:
-    """The likely bug behind a gradient that differs in value, where it is recognisable."""
-    got = np.asarray(got, dtype=np.float64)
-    expected = np.asarray(expected, dtype=np.float64)
-    if got.shape != expected.shape or not np.all(np.isfinite(got)):
-        return None
-    got_norm = float(np.linalg.norm(got.reshape(-1)))
-    expected_norm = float(np.linalg.norm(expected.reshape(-1)))
-    if expected_norm == 0:
-        if got_norm > 0:
-            return (
-                "the reference gradient is zero but this one is not: if a surrogate gradient "
-                'is intended (straight-through, clipping), set reference = "none"'
-            )
-        return None
-    if got_norm <= pattern_rtol * expected_norm:
-        return "the gradient is zero: a missing term, or a stop_gradient in the backward function?"
-    if expected_with_ones is not None and close(got, expected_with_ones, pattern_rtol):
-        return "the gradient ignores the upstream gradient: missing multiply by dy?"
-    factor = float(np.sum(got * expected) / np.sum(expected * expected))
-    if close(got, factor * expected, pattern_rtol):
-        if abs(factor + 1) <= pattern_rtol:
-            return "wrong sign: the gradient is the negative of the expected one"
-        return f"off by a constant factor: the gradient is {factor:.4g} times the expected one"
-    square = got.ndim >= 2 and got.shape[-1] == got.shape[-2]
-    if square and close(got, np.swapaxes(expected, -1, -2), pattern_rtol):
-        return "the gradient is the transpose of the expected one: a missing or extra transpose?"
-    return None
-
-
-def swap_hint(
-    grads: dict[str, np.ndarray], references: dict[str, np.ndarray], pattern_rtol: float = 1e-3
-) -> dict[str, str]:
-    """Inputs whose gradients look exchanged with another input's, by value."""
-    hints: dict[str, str] = {}
-    names = [n for n in grads if n in references]
-    for i, first in enumerate(names):
-        for second in names[i + 1 :]:
-            a, b = grads[first], grads[second]
-            if a.shape != references[second].shape or b.shape != references[first].shape:
-                continue
-            if close(a, references[second], pattern_rtol) and close(b, references[first], pattern_rtol):
-                message = f"the gradients of {first} and {second} are swapped: return them in input order"
-                hints[first] = message
-                hints[second] = message
-    return hints
-
-
-def shape_hint(
-    name: str,
-    got: tuple[int | None, ...],
-    expected: tuple[int, ...],
-    returned_shapes: dict[str, tuple[int | None, ...] | None],
-    input_shapes: dict[str, tuple[int, ...]],
-) -> str | None:
-    """The likely bug behind a gradient of the wrong shape."""
-    for other, other_shape in input_shapes.items():
-        if other == name or tuple(got) != tuple(other_shape):
-            continue
-        back = returned_shapes.get(other)
-        if back is not None and tuple(back) == tuple(expected):
-            return f"the gradients of {name} and {other} look swapped: each has the other's shape"
-    if len(expected) == 2 and tuple(got) == tuple(reversed(expected)):
-        return "the gradient has the transposed shape: a missing or extra transpose?"
-    if tuple(got) == () and expected != ():
-        return "a scalar gradient broadcasts silently in TensorFlow: the backward function reduced over all axes"
-    axes = broadcast_axes(tuple(int(d) for d in got if d is not None), expected) if None not in got else None
-    if axes:
-        return (
-            f"missing sum over the broadcast axis {axes[0]}"
-            if len(axes) == 1
-            else f"missing sum over the broadcast axes {', '.join(map(str, axes))}"
-        ) + f": reduce_sum the gradient to the input's shape {list(expected)}"
-    return None
-
-
-def broadcast_axes(got: tuple[int, ...], expected: tuple[int, ...]) -> tuple[int, ...] | None:
-    """Axes of ``got`` to sum over to reach ``expected``, if ``expected`` broadcasts to ``got``."""
-    if len(got) < len(expected) or got == expected:
-        return None
-    lead = len(got) - len(expected)
-    axes = list(range(lead))
-    for i, (g, e) in enumerate(zip(got[lead:], expected)):
-        if g == e:
-            continue
-        if e == 1:
-            axes.append(lead + i)
-            continue
-        return None
-    return tuple(axes) if axes else None
 
 
 def heat_map(custom: np.ndarray, reference: np.ndarray) -> HeatMap | None:

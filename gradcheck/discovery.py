@@ -18,14 +18,13 @@ import os
 import re
 import site
 import sys
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gradcheck import _tf
+from gradcheck import _tf, tracebacks
 from gradcheck.config import closest
 from gradcheck.errors import TargetError
 
@@ -262,12 +261,8 @@ def _no_bytecode_files() -> Iterator[None]:
 
 def _user_frame(error: BaseException, path: Path) -> str:
     """``file:line`` of the deepest frame in the user's file, for messages."""
-    frames = traceback.extract_tb(error.__traceback__)
-    wanted = str(path.resolve())
-    for frame in reversed(frames):
-        if str(Path(frame.filename).resolve()) == wanted:
-            return f"{display_path(path)}:{frame.lineno}"
-    return display_path(path)
+    frame = tracebacks.user_frame(error, path, follow_causes=False)
+    return f"{display_path(path)}:{frame.lineno}" if frame is not None else display_path(path)
 
 
 def load_module(path: Path) -> ModuleType:

@@ -170,7 +170,7 @@ class GradcheckItem(pytest.Item):
 
     def runtest(self) -> None:
         """Check the function; fail with its result unless it passed (skip where it was skipped)."""
-        from gradcheck.checker import check_subject
+        from gradcheck.checking import check_subject
         from gradcheck.session import request_for
 
         plugin = self.parent.plugin  # type: ignore[union-attr]

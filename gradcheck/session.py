@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gradcheck import _tf, state
-from gradcheck.checker import CheckRequest, check_subject
+from gradcheck.checking import CheckRequest, check_subject
 from gradcheck.config import (
     Config,
     Settings,

@@ -2,7 +2,7 @@
 
 :func:`starter_entries` finds every function (and layer) of the targets and
 probes shapes for each with the same prober a run uses
-(:func:`gradcheck.checker.guess_shapes`), ignoring any config that exists:
+(:func:`gradcheck.checking.guess_shapes`), ignoring any config that exists:
 the file is written from scratch. :func:`render_starter` turns the entries
 into TOML text; nothing here writes files or prints.
 """
@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradcheck.checker import guess_shapes
+from gradcheck.checking import guess_shapes
 from gradcheck.config import Settings
 from gradcheck.session import RunOptions, collect, request_for
 

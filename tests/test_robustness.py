@@ -475,10 +475,10 @@ def test_what_the_users_code_prints_goes_to_stderr_never_into_the_report(project
 
 
 SABOTAGE = """
-    import gradcheck.checker
+    import gradcheck.checking
     import tensorflow as tf
 
-    gradcheck.checker.input_records = None  # gradcheck's own code now fails, outside the user's
+    gradcheck.checking.input_records = None  # gradcheck's own code now fails, outside the user's
 
     @tf.custom_gradient
     def square(x):
@@ -493,11 +493,11 @@ def test_a_bug_met_in_the_worker_is_an_internal_error_with_its_traceback(project
     write(project, "gradcheck.toml", "[functions.square]\ninputs = { x = [3] }\n")
     result = invoke("run", "sabotage.py")
     assert result.exit_code == 3
-    assert "Traceback" in result.stderr and "gradcheck/checker.py" in result.stderr
+    assert "Traceback" in result.stderr and "gradcheck/checking/__init__.py" in result.stderr
     assert "TypeError: 'NoneType' object is not callable" in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("gradcheck: internal error: this is a bug in gradcheck")
     # That worker was stopped, not kept: the next run checks with gradcheck's code intact.
-    write(project, "ops.py", SABOTAGE.replace("gradcheck.checker.input_records = None", ""))
+    write(project, "ops.py", SABOTAGE.replace("gradcheck.checking.input_records = None", ""))
     assert invoke("run", "ops.py").exit_code == 0
 
 

@@ -1,0 +1,448 @@
+"""One custom-gradient function or layer -> one :class:`Result`; the user's exceptions become results.
+
+:func:`check_subject` reads as the checklist it follows:
+
+1. :mod:`~gradcheck.checking.prepare`: build the call target (a function, a
+   bound method, a gradient wrapper, or a Keras layer whose custom-gradient
+   functions are swapped in and out), plan the call (config, input
+   signature, or probing small shapes) and draw seeded inputs; code written
+   for float32 is rerun in float32, and defaulted constants the backward
+   function treats as named arguments are rerun by keyword;
+2. one forward pass, which also finds the variables it reads, then the
+   custom vector-Jacobian product in each execution mode through an
+   instrumented backward function;
+3. :mod:`~gradcheck.checking.audit`: count, shapes, dtypes, variable gradients,
+   whether TensorFlow called the backward function at all;
+4. unless ``--shape-only``: eager against ``tf.function``, then
+   :mod:`~gradcheck.checking.verdict`: each gradient against native autodiff and
+   finite differences, redrawing where only finite differences disagree;
+   with ``--order 2`` the same for the gradient of the gradient;
+5. :mod:`~gradcheck.checking.diagnose`: name the likely bug where the pattern is
+   recognisable;
+6. put the user's variables back as they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gradcheck import _tf, state
+from gradcheck.checking import audit, diagnose, verdict
+from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
+from gradcheck.checking.prepare import (
+    Built,
+    Draws,
+    NeedsConfig,
+    NeedsFloat32,
+    build,
+    draw_values,
+    dtype_clash,
+    input_records,
+    keyword_convention,
+    probe,
+    redraw_layer_weights,
+    reference_harness,
+)
+from gradcheck.config import Settings, SubjectConfig
+from gradcheck.discovery import Subject, import_root
+from gradcheck.inputs import CallPlan, subject_rng
+from gradcheck.numerics import Harness, Outcome, WrapperTarget, raised_by_gradcheck
+from gradcheck.results import Problem, Result
+
+__all__ = ["CheckRequest", "ShapeGuess", "check_subject", "guess_shapes", "input_records"]
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """Everything needed to check one function or layer."""
+
+    subject: Subject
+    """What to check."""
+    settings: Settings
+    """The merged settings for this subject."""
+    config: SubjectConfig | None = None
+    """Its ``[functions.NAME]`` or ``[layers.NAME]`` table, if any."""
+    dims: Mapping[str, int] = field(default_factory=dict)
+    """Named sizes."""
+    shape_overrides: Mapping[str, tuple[int | str, ...]] = field(default_factory=dict)
+    """``--shape`` from the command line."""
+    config_label: str = "gradcheck.toml"
+    """How messages name the config file."""
+    reproduce: str | None = None
+    """The command that reproduces this check."""
+    dtype_given: bool = False
+    """True when the user chose the dtype (then float32 code is not rerun silently)."""
+    module_state: Any = None
+    """The :class:`gradcheck.state.Snapshot` the module's import left, applied for the check; None:
+    the caller's state as it is (``gradcheck.check``)."""
+
+
+@dataclass
+class _Findings:
+    """What one check has found so far: the one mutable record, filled in by the checklist's steps."""
+
+    dtype: str
+    notes: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    skip_reason: str | None = None
+    backward_line: int | None = None
+    plan: CallPlan | None = None
+    harness: Harness | None = None
+    reference_harness: Harness | None = None
+
+    def note(self, *notes: str) -> None:
+        """Add each note not given yet (several gradients can give the same note)."""
+        self.notes.extend(n for n in notes if n not in self.notes)
+
+
+@dataclass(frozen=True)
+class _Retry:
+    """Run the check again: in float32, or with some constants passed by keyword."""
+
+    dtype: str
+    keywords: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A planned call, with the harness that runs it and its draws."""
+
+    built: Built
+    plan: CallPlan
+    harness: Harness
+    draws: Draws
+
+
+def _path(request: CheckRequest) -> str | None:
+    return request.subject.path
+
+
+# -- the checklist ---------------------------------------------------------------
+
+
+def _run(request: CheckRequest, findings: _Findings) -> str:
+    """Check the subject; return its status. Variables are restored whatever happens.
+
+    A straight loop over attempts: float64 first (unless the dtype is set),
+    float32 where the code is written for it, and once more with constants
+    passed by keyword where the backward function treats them so.
+    """
+    attempt: str | _Retry = _Retry(findings.dtype)
+    try:
+        while isinstance(attempt, _Retry):
+            findings.dtype = attempt.dtype
+            attempt = _attempt(request, findings, attempt.keywords)
+        return attempt
+    except NeedsConfig as missing:
+        findings.skip_reason = str(missing)
+        return "skipped"
+    except UserCodeError as error:
+        cause = error.__cause__ or error
+        findings.problems.append(exception_problem(str(error), cause, _path(request), described=False))
+        return "error"
+    finally:
+        for harness in (findings.harness, findings.reference_harness):
+            if harness is not None:
+                harness.restore()
+
+
+def _attempt(request: CheckRequest, findings: _Findings, keywords: frozenset[str]) -> str | _Retry:
+    """One try at the whole check in ``findings.dtype``."""
+    prepared = _prepare(request, findings, keywords)
+    if not isinstance(prepared, _Prepared):
+        return prepared
+    values, upstreams = prepared.draws(0)
+    if any(not np.all(np.isfinite(o)) for o in prepared.harness.outputs(values)):
+        findings.problems.append(_non_finite_forward())
+        return "failed"
+    outcomes = {e: prepared.harness.custom(values, upstreams, e) for e in request.settings.executions}
+    retry = keyword_convention(prepared.plan, request.subject.kind, outcomes, keywords)
+    if retry:
+        prepared.harness.restore()
+        findings.notes.append(
+            f"{', '.join(sorted(retry))} passed by keyword: the backward function returns no gradient for "
+            "it, as for an argument the caller names"
+        )
+        return _Retry(findings.dtype, keywords | retry)
+    findings.backward_line = findings.backward_line or _backward_line(outcomes)
+    audited = _audit(request, prepared, outcomes, findings)
+    if any(p.check == "exception" for p in findings.problems):
+        return "error"
+    if _values_comparable(request, prepared, findings):
+        _compare_values(request, prepared, outcomes, audited.not_tensors, findings)
+    return "failed" if findings.problems else "passed"
+
+
+def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str]) -> _Prepared | str | _Retry:
+    """Build, plan (probing where shapes are open), run the first forward pass and make draw 0."""
+    dtype = findings.dtype
+    built = build(request, dtype)
+    plan = built.plan.with_keywords(set(keywords)) if keywords else built.plan
+    if plan.unknown:
+        try:
+            probed = probe(request, plan, built, dtype)
+        except NeedsFloat32 as clash:
+            return _float32(request, findings, clash.error)
+        if probed.plan is None:
+            findings.skip_reason = probed.skip_reason
+            return "skipped"
+        findings.notes.append(probed.note)  # type: ignore[arg-type]
+        plan = probed.plan
+    findings.plan = plan
+    harness = findings.harness = Harness(built.target, plan, built.name_variable)
+    try:
+        values = draw_values(plan, subject_rng(request.settings.seed, request.subject.name, 0))
+        outputs = harness.outputs(values)
+        # The first forward pass found the variables: draw 0 holds their values as they are.
+        values.update(harness.variable_values())
+    except Exception as error:  # the forward pass raised
+        if raised_by_gradcheck(error):
+            raise
+        harness.restore()
+        if dtype == "float64" and dtype_clash(error):
+            return _float32(request, findings, error)
+        findings.problems.append(exception_problem("forward pass raised", error, _path(request)))
+        return "error"
+    if built.layer is not None and built.fresh_layer:
+        rng = subject_rng(request.settings.seed, request.subject.name + ":weights", 0)
+        redraw_layer_weights(values, built.layer, harness, rng)
+    draws = Draws(request.settings.seed, request.subject.name, plan, harness)
+    draws.first(values)
+    if not outputs:
+        findings.skip_reason = "the forward pass has no float outputs: there is no gradient to check"
+        return "skipped"
+    return _Prepared(built, plan, harness, draws)
+
+
+def _float32(request: CheckRequest, findings: _Findings, error: BaseException) -> str | _Retry:
+    """Float64 inputs met float32 code: rerun in float32, unless the user chose the dtype."""
+    if request.dtype_given:
+        problem = exception_problem(f"forward pass raised with {findings.dtype} inputs", error, _path(request))
+        hint = 'the code mixes in float32 constants: check it with --dtype float32 (or dtype = "float32")'
+        findings.problems.append(replace(problem, hint=hint))
+        return "error"
+    findings.notes.append(
+        "ran in float32: with float64 inputs the forward pass raised "
+        f"({describe_exception(error, _path(request))}), so the code is written for float32; "
+        "tolerances and steps are float32's"
+    )
+    if findings.harness is not None:
+        findings.harness.restore()
+    findings.harness = None
+    return _Retry("float32")
+
+
+def _non_finite_forward() -> Problem:
+    return Problem(
+        "finite",
+        None,
+        "the forward output holds NaN or Inf for the drawn inputs, so gradients were not "
+        'compared; draw inputs inside the function\'s domain (e.g. distribution = "positive", '
+        "or low/high)",
+    )
+
+
+def _backward_line(outcomes: Mapping[str, Outcome]) -> int | None:
+    lines = (r.line for o in outcomes.values() for r in o.records if r.line is not None)
+    return next(lines, None)
+
+
+def _audit(
+    request: CheckRequest, prepared: _Prepared, outcomes: Mapping[str, Outcome], findings: _Findings
+) -> audit.Audit:
+    """Audit every execution mode's backward functions; merge their problems into the findings."""
+    audited = audit.Audited(
+        name=request.subject.name,
+        kind=request.subject.kind,
+        path=_path(request),
+        plan=prepared.plan,
+        variables=tuple(prepared.harness.variables),
+        name_variable=prepared.built.name_variable,
+        wrapper=isinstance(prepared.built.target, WrapperTarget),
+    )
+    audits = {execution: audit.audit(audited, outcome) for execution, outcome in outcomes.items()}
+    findings.problems.extend(audit.keyword_problems(prepared.plan))
+    findings.problems.extend(audit.merge_audits(prepared.plan, {e: a.problems for e, a in audits.items()}))
+    return audit.Audit([], frozenset().union(*(a.not_tensors for a in audits.values())))
+
+
+def _values_comparable(request: CheckRequest, prepared: _Prepared, findings: _Findings) -> bool:
+    """Whether gradient values can and should be compared (and a note where not)."""
+    settings = request.settings
+    if not prepared.harness.sources:
+        findings.notes.append("no float inputs or variables: only the count of returned gradients was checked")
+    elif settings.shape_only:
+        pass
+    elif settings.reference == "none":
+        findings.notes.append('reference = "none": count, shapes and dtypes audited, values not compared')
+    elif any(p.check == "count" and p.input is None for p in findings.problems):
+        findings.notes.append("values not compared: the gradients cannot be matched to the inputs")
+    else:
+        return True
+    return False
+
+
+def _compare_values(
+    request: CheckRequest,
+    prepared: _Prepared,
+    outcomes: Mapping[str, Outcome],
+    not_tensors: frozenset[str],
+    findings: _Findings,
+) -> None:
+    """Eager against tf.function, then each gradient against the references, then the second order."""
+    working = [o for o in outcomes.values() if o.ok]
+    if not working:
+        return
+    settings = request.settings
+    if len(working) == 2:
+        sources = prepared.harness.sources
+        findings.problems.extend(
+            audit.compare_executions(sources, working[0], working[1], settings.rtol, settings.atol)
+        )
+    skip = {p.input for p in findings.problems if p.check in ("shape", "variables", "count") and p.input}
+    skip |= not_tensors
+    values, upstreams = prepared.draws(0)
+    wide, note = reference_harness(
+        request.subject.kind, findings.dtype, prepared.built, prepared.plan, prepared.harness, values
+    )
+    findings.reference_harness = wide
+    if note:
+        findings.notes.append(note)
+    judging = _judging(request, prepared, wide)
+    rerun = diagnose.Rerun(prepared.harness, wide, prepared.plan, values, upstreams)
+    describe = lambda error: describe_exception(error, _path(request))  # noqa: E731
+    judgement = verdict.value_checks(judging, prepared.harness, wide, prepared.draws, working[0], skip, describe)
+    _record(judgement, rerun, findings)
+    if settings.order == 2 and not findings.problems:
+        second = verdict.second_order_checks(judging, prepared.harness, wide, values, upstreams, skip, describe)
+        _record(second, rerun, findings)
+        if not second.problems:
+            findings.notes.append("second order: the gradient of the custom gradient agrees with the references")
+
+
+def _judging(request: CheckRequest, prepared: _Prepared, wide: Harness) -> verdict.Judging:
+    """What judging needs; the number of fast-mode projections is decided here, once."""
+    output_size = sum(int(np.prod(spec.shape, dtype=np.int64)) for spec in prepared.harness.output_specs or [])
+    return verdict.Judging(
+        settings=request.settings,
+        subject_name=request.subject.name,
+        wide=wide is not prepared.harness,
+        output_size=output_size,
+        batching=dict(wide.batching),
+        projections=verdict.PROJECTIONS,
+    )
+
+
+def _record(judgement: verdict.Judgement, rerun: diagnose.Rerun, findings: _Findings) -> None:
+    findings.notes.extend(judgement.notes)
+    findings.note(*judgement.verdict_notes)
+    if judgement.verdicts:
+        findings.problems.extend(diagnose.with_hints(judgement.problems, judgement.verdicts, rerun))
+    else:
+        findings.problems.extend(judgement.problems)
+
+
+def _fed_dtype(findings: _Findings) -> str:
+    """The dtype the float inputs were fed in (an input signature or the config can fix it)."""
+    if findings.plan is not None:
+        dtypes = {a.spec.dtype for a in findings.plan.differentiable if a.spec is not None}
+        if len(dtypes) == 1:
+            return dtypes.pop()
+    return findings.dtype
+
+
+@dataclass(frozen=True)
+class ShapeGuess:
+    """What probing found for one function's inputs (``gradcheck init``)."""
+
+    plan: CallPlan | None
+    """The call plan with configured and guessed shapes (guessed arguments say so); None where probing failed."""
+    failure: str | None = None
+    """Why no shapes could be found (forward pass raising, no candidate accepted)."""
+
+
+def guess_shapes(request: CheckRequest) -> ShapeGuess:
+    """Probe small candidate shapes for the inputs the config leaves open, as a check would.
+
+    The same prober as :func:`check_subject` uses, so the shapes ``gradcheck
+    init`` writes are the ones a run would have guessed.
+    """
+    with _checking(request):
+        for dtype in dict.fromkeys((request.settings.dtype, "float32")):
+            try:
+                built = build(request, dtype)
+                if not built.plan.unknown:
+                    return ShapeGuess(plan=built.plan)
+                probed = probe(request, built.plan, built, dtype)
+            except (UserCodeError, NeedsConfig) as error:
+                return ShapeGuess(plan=None, failure=str(error))
+            except NeedsFloat32 as error:
+                if dtype == "float32":
+                    return ShapeGuess(plan=None, failure=str(error))
+                continue
+            return ShapeGuess(plan=probed.plan, failure=probed.failure or probed.skip_reason)
+    raise AssertionError("unreachable: float32 probing never asks for float32")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def _checking(request: CheckRequest) -> Iterator[None]:
+    """The conditions of one check, and the caller's state put back afterwards.
+
+    The module's own import-time state is applied (its seeds, ``floatx``,
+    directory), then the switches gradcheck needs are pinned (eager, no
+    ``run_functions_eagerly``, no TF32), and the check is placed on the
+    device asked for. Everything, the values of the module's variables
+    included, is as before once the check is over, whatever it did.
+    """
+    tf = _tf.tensorflow()
+    subject = request.subject
+    source = Path(subject.path) if subject.path and not subject.path.startswith("<") else None
+    roots = [import_root(source)] if source is not None and source.is_file() else []
+    with state.preserved(roots):
+        if request.module_state is not None:
+            request.module_state.apply()
+        state.pin_flags()
+        variables = state.reachable_variables(subject.module, extra=(subject.obj, subject.forward))
+        with (
+            state.variables_preserved(variables),
+            _tf.quiet_logs(),
+            tf.device(_tf.device_name(request.settings.device)),
+        ):
+            yield
+
+
+def check_subject(request: CheckRequest) -> Result:
+    """Check one function or layer; the user's exceptions become ``error`` results, never escape."""
+    start = time.perf_counter()
+    findings = _Findings(dtype=request.settings.dtype)
+    subject = request.subject
+    with _checking(request):
+        try:
+            status = _run(request, findings)
+        except SystemExit as exit_:  # the user's code called sys.exit(): not a reason to end the run
+            status = "error"
+            message = f"the function called sys.exit({exit_.code!r})"
+            findings.problems.append(exception_problem(message, exit_, subject.path, described=False))
+    return Result(
+        id=subject.id,
+        name=subject.name,
+        kind=subject.kind,
+        status=status,
+        dtype=_fed_dtype(findings),
+        inputs=input_records(findings.plan, findings.harness),
+        problems=tuple(findings.problems),
+        seconds=time.perf_counter() - start,
+        notes=tuple(findings.notes),
+        skip_reason=findings.skip_reason,
+        path=subject.path,
+        line=subject.line,
+        backward_line=findings.backward_line,
+        reproduce=request.reproduce if status in ("failed", "error") else None,
+    )

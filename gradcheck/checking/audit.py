@@ -1,0 +1,480 @@
+"""Audit what the backward functions returned: count, shapes, dtypes, ``variables``, "grad_fn called".
+
+Pure functions from what was recorded to problems: nothing here runs the
+user's code or keeps state. What a later stage needs (the inputs whose
+gradient is no tensor, so no values can be compared) is returned, not stored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from gradcheck.checking.diagnose import shape_hint
+from gradcheck.checking.exceptions import exception_problem, strip_ansi
+from gradcheck.compare import compare_elementwise, tolerance
+from gradcheck.inputs import CallPlan
+from gradcheck.numerics import BackwardRecord, Outcome, Source
+from gradcheck.results import Problem, format_shape
+
+_VARIABLES_REFUSED = "must accept keyword argument 'variables'"
+_VARIABLES_HINT = (
+    "accept variables=None in the backward function and return (input_gradients, variable_gradients), "
+    "or pass tf.convert_to_tensor(weight) into the custom-gradient function instead of the variable"
+)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One argument a backward function owes a gradient for, as the audit sees it."""
+
+    name: str
+    role: str
+    """``input``, ``integer``, ``constant`` or ``variable`` (a variable passed as an argument)."""
+    shape: tuple[int | None, ...] | None = None
+    dtype: str | None = None
+    value: Any = None
+    """The constant's value, for messages."""
+
+
+@dataclass(frozen=True)
+class Audited:
+    """What one subject's backward functions owe and how they were called: the audit's whole input."""
+
+    name: str
+    """The subject's name."""
+    kind: str
+    """``function`` or ``layer``."""
+    path: str | None
+    """The user's file, for tracebacks."""
+    plan: CallPlan
+    variables: tuple[tuple[str, Any], ...] = ()
+    """The variables the forward pass read, by name."""
+    name_variable: Callable[[Any], str] = str
+    wrapper: bool = False
+    """True for a gradient wrapper, whose backward function gradcheck does not see called."""
+
+
+@dataclass(frozen=True)
+class Audit:
+    """The audit's problems, and the inputs whose gradient is no tensor (their values cannot be compared)."""
+
+    problems: list[Problem]
+    not_tensors: frozenset[str] = frozenset()
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def slots_for(subject: Audited, record: BackwardRecord) -> list[Slot]:
+    """What this backward function owes gradients for."""
+    if subject.kind != "layer":
+        return [
+            Slot(a.name, a.role, a.spec.shape if a.spec else None, a.spec.dtype if a.spec else None, a.value)
+            for a in subject.plan.slots
+        ]
+    slots = []
+    for name, received in record.received:
+        if received.kind == "variable":
+            role = "variable"
+        elif received.kind in ("tensor", "array"):
+            role = "input" if (received.dtype or "").startswith(("float", "bfloat")) else "integer"
+        else:
+            role = "constant"
+        slots.append(Slot(f"{record.function}.{name}", role, received.shape, received.dtype))
+    return slots
+
+
+_FAILED_PHASE = {
+    "start": "custom_gradient refused the call",
+    "forward": "forward pass raised",
+    "forward-done": "TensorFlow raised after the forward pass",
+    "backward": "backward function raised",
+}
+
+
+def audit(subject: Audited, outcome: Outcome) -> Audit:
+    """Count, shape and dtype of what the backward functions returned in one run."""
+    error = outcome.error
+    records = outcome.records
+    if error is not None and _VARIABLES_REFUSED in str(error):
+        return Audit([variables_refused(subject, error, records)])
+    failed = next((r for r in records if r.phase != "backward-done"), None)
+    if error is not None and (failed is not None or not records):
+        if failed is not None and failed.malformed and failed.returned is None:
+            return Audit([Problem("exception", None, failed.malformed)])
+        where = _FAILED_PHASE[failed.phase if failed is not None else "forward"]
+        return Audit([exception_problem(where, error, subject.path)])
+    problems: list[Problem] = []
+    not_tensors: set[str] = set()
+    for record in records:
+        if record.returned is not None:
+            returned = audit_returned(subject, record)
+            problems.extend(returned.problems)
+            not_tensors |= returned.not_tensors
+            problems.extend(audit_variables(subject.name_variable, record))
+        if record.malformed and record.returned is not None:
+            problems.append(Problem("variables", None, record.malformed, hint=_VARIABLES_HINT))
+    if error is not None and not problems:
+        problems.append(
+            exception_problem("TensorFlow raised after the backward function returned", error, subject.path)
+        )
+    if outcome.ok and not subject.wrapper:
+        problems.extend(grad_fn_called(subject.plan, records))
+    return Audit(problems, frozenset(not_tensors))
+
+
+def grad_fn_called(plan: CallPlan, records: list[BackwardRecord]) -> list[Problem]:
+    """TensorFlow never calling the backward function: native autodiff ran in its place."""
+    keyword_inputs = any(a.keyword for a in plan.differentiable)
+    never = [r for r in records if r.calls == 0]
+    if not (never or not records) or keyword_inputs:
+        return []
+    return [
+        Problem(
+            "count",
+            None,
+            "TensorFlow never called the backward function, so native autodiff ran instead "
+            "(keyword arguments bypass custom_gradient in eager mode, TF issue #65839)",
+            expected=f"{len(plan.slots)} gradients",
+            got="backward not called",
+            hint="pass the tensors to the custom-gradient function positionally",
+        )
+    ]
+
+
+def variables_refused(subject: Audited, error: BaseException, records: list[BackwardRecord]) -> Problem:
+    """TensorFlow refusing a backward function that reads variables but takes no ``variables=``."""
+    read = re.findall(r"<tf\.Variable '([^']+)'", strip_ansi(str(error)))
+    names = []
+    for raw in read:
+        ours = [n for n, v in subject.variables if v.name == raw]
+        names.append(ours[0] if ours else raw.removesuffix(":0"))
+    function = records[-1].function if records else subject.name
+    listed = ", ".join(dict.fromkeys(names)) or "a variable"
+    plural = "variables" if len(set(names)) > 1 else "variable"
+    if subject.kind == "layer":
+        what = f"{subject.name}.call passes the {plural} {listed} into {function}"
+        way_out = f"tf.convert_to_tensor(self.{names[0]})" if names else "tf.convert_to_tensor(weight)"
+    else:
+        what = f"{function} reads the {plural} {listed}"
+        way_out = "a tensor (tf.convert_to_tensor(variable)) as an argument"
+    return Problem(
+        "variables",
+        None,
+        f"{what}, but its backward function does not take variables=: TensorFlow raises "
+        "\"grad_fn must accept keyword argument 'variables'\"",
+        hint="accept variables=None in the backward function and return (input_gradients, "
+        f"variable_gradients), or pass {way_out} into {function} instead",
+    )
+
+
+def audit_returned(subject: Audited, record: BackwardRecord) -> Audit:
+    """One gradient per slot, each of its slot's shape and dtype."""
+    slots = slots_for(subject, record)
+    returned = record.returned or []
+    if len(returned) != len(slots):
+        prefix = f"{record.function}: " if subject.kind == "layer" else ""
+        return Audit([_count_problem(prefix, slots, len(returned))])
+    returned_shapes = {s.name: g.shape for s, g in zip(slots, returned)}
+    input_shapes = {s.name: s.shape for s in slots if s.role == "input" and s.shape is not None}
+    problems: list[Problem] = []
+    not_tensors = set()
+    for slot, gradient in zip(slots, returned):
+        if slot.role not in ("constant", "integer") and gradient.kind == "other":
+            not_tensors.add(slot.name)
+        problems.extend(audit_slot(slot, gradient, returned_shapes, input_shapes))  # type: ignore[arg-type]
+    return Audit(problems, frozenset(not_tensors))
+
+
+def _count_problem(prefix: str, slots: list[Slot], count: int) -> Problem:
+    names = [s.name for s in slots]
+    fewer = count < len(slots)
+    hint = (
+        f"return one gradient per positional input, in order ({', '.join(names)}); None for inputs that get no gradient"
+    )
+    constants = [s.name for s in slots if s.role == "constant"]
+    if constants and count == len(slots) - len(constants):
+        hint = f"return None for the constant{'s' if len(constants) > 1 else ''} {', '.join(constants)} too"
+    return Problem(
+        "count",
+        None,
+        f"{prefix}the backward function returned {_plural(count, 'gradient')} "
+        f"for {_plural(len(slots), 'input')} ({', '.join(names)})"
+        + ("; one is missing" if fewer and len(slots) - count == 1 else ""),
+        expected=str(len(slots)),
+        got=str(count),
+        hint=hint,
+    )
+
+
+def audit_slot(
+    slot: Slot,
+    gradient: Any,
+    returned_shapes: Mapping[str, Any],
+    input_shapes: Mapping[str, tuple[int, ...]],
+) -> list[Problem]:
+    """The problems of one returned gradient: a gradient where none is due, no tensor, or its shape and dtype."""
+    name = slot.name
+    if gradient.kind == "none":
+        return []
+    if slot.role in ("constant", "integer"):
+        what = "constant" if slot.role == "constant" else f"integer ({slot.dtype}) input"
+        return [
+            Problem(
+                "count" if slot.role == "constant" else "dtype",
+                name,
+                f"the backward function returned a gradient for the {what} {name}, which is not differentiable",
+                expected="None",
+                got=f"{gradient.type_name} {format_shape(gradient.shape)}",
+                hint=f"return None in {name}'s place",
+            )
+        ]
+    if gradient.kind == "other":
+        return [
+            Problem(
+                "dtype",
+                name,
+                f"the gradient of {name} is a {gradient.type_name}, not a tensor; its values were not compared",
+                expected=f"{format_shape(slot.shape)} {slot.dtype}",
+                got=gradient.type_name,
+                hint=f"return a tensor of {name}'s shape and dtype (or None where it gets no gradient)",
+            )
+        ]
+    return _slot_shape(slot, gradient.shape, returned_shapes, input_shapes) + _slot_dtype(slot, gradient)
+
+
+def _slot_shape(
+    slot: Slot, shape: Any, returned_shapes: Mapping[str, Any], input_shapes: Mapping[str, tuple[int, ...]]
+) -> list[Problem]:
+    expected = slot.shape
+    if shape is None or expected is None or None in shape or None in expected or tuple(shape) == tuple(expected):
+        return []
+    name = slot.name
+    return [
+        Problem(
+            "shape",
+            name,
+            f"the gradient of {name} has shape {format_shape(shape)}, its input {format_shape(expected)}"
+            + (" (TensorFlow broadcasts it silently)" if _broadcasts(shape, expected) else ""),  # type: ignore[arg-type]
+            expected=format_shape(expected),
+            got=format_shape(shape),
+            hint=shape_hint(name, shape, expected, dict(returned_shapes), dict(input_shapes)),  # type: ignore[arg-type]
+        )
+    ]
+
+
+def _slot_dtype(slot: Slot, gradient: Any) -> list[Problem]:
+    name, expected = slot.name, slot.dtype
+    if expected is None or gradient.dtype == expected:
+        return []
+    source = {"python": "a Python value", "array": "a numpy array"}.get(gradient.kind, "")
+    return [
+        Problem(
+            "dtype",
+            name,
+            f"the gradient of {name} is {gradient.dtype}"
+            + (f" ({source})" if source else "")
+            + f", its input {expected}",
+            expected=expected,
+            got=str(gradient.dtype),
+            hint=f"cast the gradient to the input's dtype: tf.cast(grad, {name.rsplit('.', 1)[-1]}.dtype)",
+        )
+    ]
+
+
+def _broadcasts(shape: tuple[int | None, ...], target: tuple[int, ...]) -> bool:
+    if None in shape:
+        return False
+    try:
+        return np.broadcast_shapes(tuple(shape), target) == target  # type: ignore[arg-type]
+    except ValueError:
+        return False
+
+
+def audit_variables(name_variable: Callable[[Any], str], record: BackwardRecord) -> list[Problem]:
+    """One gradient per variable TensorFlow handed over, each of its variable's shape and dtype."""
+    if not record.variables or record.variable_returned is None:
+        return []
+    names = [name_variable(v) for v in record.variables]
+    returned = record.variable_returned
+    if len(returned) != len(record.variables):
+        return [
+            Problem(
+                "variables",
+                None,
+                f"the backward function returned {_plural(len(returned), 'variable gradient')} for "
+                f"{_plural(len(names), 'variable')} ({', '.join(names)})",
+                expected=str(len(names)),
+                got=str(len(returned)),
+                hint="return one gradient per entry of variables, in the order of that list "
+                "(TensorFlow hands it unordered eagerly and sorted by name in tf.function)",
+            )
+        ]
+    shapes = {name: tuple(variable.shape.as_list()) for name, variable in zip(names, record.variables)}
+    problems = []
+    for name, variable, gradient in zip(names, record.variables, returned):
+        if gradient.kind != "none":
+            problems.extend(_variable_gradient(name, variable.dtype.name, gradient, shapes))
+    return problems
+
+
+def _variable_gradient(name: str, dtype: str, gradient: Any, shapes: dict[str, tuple[int, ...]]) -> list[Problem]:
+    shape = shapes[name]
+    if gradient.shape is not None and None not in gradient.shape and tuple(gradient.shape) != shape:
+        others = [
+            other for other, other_shape in shapes.items() if other != name and other_shape == tuple(gradient.shape)
+        ]
+        hint = (
+            f"it has the shape of {others[0]}: match the variable gradients to the variables list "
+            "by identity, not by position (TensorFlow orders that list differently eagerly and in "
+            "tf.function)"
+            if others
+            else shape_hint(name, gradient.shape, shape, {}, {})
+        )
+        return [
+            Problem(
+                "variables",
+                name,
+                f"the gradient of the variable {name} has shape {format_shape(gradient.shape)}, "
+                f"the variable {format_shape(shape)}",
+                expected=format_shape(shape),
+                got=format_shape(gradient.shape),
+                hint=hint,
+            )
+        ]
+    if gradient.dtype is not None and gradient.dtype != dtype:
+        return [
+            Problem(
+                "variables",
+                name,
+                f"the gradient of the variable {name} is {gradient.dtype}, the variable {dtype}",
+                expected=dtype,
+                got=gradient.dtype,
+            )
+        ]
+    return []
+
+
+def keyword_problems(plan: CallPlan) -> list[Problem]:
+    """Tensors passed by keyword: custom_gradient does not treat them as inputs."""
+    return [
+        Problem(
+            "count",
+            argument.name,
+            f"{argument.name} is passed by keyword, which custom_gradient does not count as an input: "
+            "eagerly it silently gets no gradient (TF issue #65839), and tf.function refuses "
+            "keyword arguments",
+            expected="a positional argument",
+            got="keyword argument",
+            hint=f"make {argument.name} a positional parameter of the custom-gradient function",
+        )
+        for argument in plan.differentiable
+        if argument.keyword
+    ]
+
+
+def merge_audits(plan: CallPlan, audits: Mapping[str, list[Problem]]) -> list[Problem]:
+    """One list of audit problems over the execution modes.
+
+    A problem seen in every mode is reported once with no execution; one
+    seen in some modes only carries the mode. Where a mode raised and
+    another did not, that is an ``execution`` problem, not an error.
+    """
+    if len(audits) == 1:
+        return next(iter(audits.values()))
+    keyed = {execution: {(p.check, p.input, p.message): p for p in problems} for execution, problems in audits.items()}
+    common = set.intersection(*(set(k) for k in keyed.values()))
+    merged = [p for key, p in keyed[next(iter(keyed))].items() if key in common]
+    raised = {e for e, problems in audits.items() if any(p.check == "exception" for p in problems)}
+    for execution, problems in keyed.items():
+        for key, problem in problems.items():
+            if key in common:
+                continue
+            if problem.check == "exception" and raised != set(audits):
+                merged.append(execution_failure(plan, execution, problem))
+            elif problem.check == "variables" and problem.input is None:
+                other = "inside tf.function" if execution == "eager" else "eagerly"
+                message = problem.message + f" (the same code runs {other}, where the variable arrives as a tensor)"
+                merged.append(replace(problem, execution=execution, message=message))
+            else:
+                merged.append(replace(problem, execution=execution))
+    return merged
+
+
+def execution_failure(plan: CallPlan, execution: str, problem: Problem) -> Problem:
+    """An exception seen in one execution mode only, as an ``execution`` problem with the likely cause."""
+    where = "inside tf.function" if execution == "function" else "eagerly"
+    other = "eagerly" if execution == "function" else "inside tf.function"
+    hint = None
+    message = problem.message
+    if execution == "function":
+        constants = [a for a in plan.positional if a.role == "constant"]
+        keywords = [a for a in plan.arguments if a.keyword]
+        if "keywords arguments only when eager" in message or (keywords and "keyword" in message):
+            names = ", ".join(a.name for a in keywords) or "them"
+            hint = (
+                f"inside tf.function, custom_gradient refuses keyword arguments: pass {names} positionally "
+                "(returning None for it), or bind it with functools.partial"
+            )
+        elif constants:
+            described = ", ".join(f"{a.name}={a.value!r} (becomes {_graph_dtype(a.value)})" for a in constants)
+            hint = (
+                f"inside tf.function, custom_gradient converts the Python constant {described} to a "
+                "tensor before the function sees it; bind it with a closure or functools.partial"
+            )
+        elif "symbolic" in message or "OperatorNotAllowedInGraph" in message:
+            hint = "Python control flow on a tensor value does not trace: use tf.cond / tf.where"
+    return Problem(
+        "execution",
+        problem.input,
+        f"works {other} but raises {where}: {message}",
+        execution=execution,
+        hint=hint,
+        traceback=problem.traceback,
+    )
+
+
+def _graph_dtype(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a bool tensor"
+    if isinstance(value, int):
+        return "an int32 tensor"
+    if isinstance(value, float):
+        return "a float32 tensor"
+    return "a tensor"
+
+
+def compare_executions(
+    sources: list[Source], first: Outcome, second: Outcome, rtol: float | None, atol: float | None
+) -> list[Problem]:
+    """Eager and tf.function gradients of the same draw must agree."""
+    problems = []
+    for source in sources:
+        a = first.grads.get(source.name) if first.grads else None
+        b = second.grads.get(source.name) if second.grads else None
+        if a is None or b is None or a.shape != b.shape:
+            continue
+        finite = np.isfinite(a) & np.isfinite(b)
+        result = compare_elementwise(a, b, tolerance(source.dtype, "native", rtol, atol), mask=finite)
+        if not result.ok or not np.array_equal(np.isfinite(a), np.isfinite(b)):
+            problems.append(
+                Problem(
+                    "execution",
+                    source.name,
+                    f"eager and tf.function give different gradients of {source.name} "
+                    f"(max abs difference {result.max_abs_error:.3g})",
+                    execution=second.execution,
+                    max_abs_error=result.max_abs_error,
+                    max_rel_error=result.max_rel_error,
+                    worst_index=result.worst_index,
+                    hint="the backward function depends on Python state or randomness that "
+                    "tf.function freezes at trace time",
+                )
+            )
+    return problems

@@ -1,0 +1,248 @@
+"""Every hint in one place: naming the likely bug behind a problem.
+
+The pure pattern tests (numpy only, tested without TensorFlow) come first;
+then the hints that rerun the backward function or native autodiff with one
+thing changed (an operand transposed, one upstream gradient zeroed or two
+exchanged, an all-ones upstream) and see whether the result matches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from gradcheck.results import Problem
+
+if TYPE_CHECKING:
+    from gradcheck.inputs import CallPlan
+    from gradcheck.numerics import Harness
+
+
+def close(a: np.ndarray, b: np.ndarray, rtol: float = 1e-3) -> bool:
+    """Equal up to ``rtol`` in norm: for recognising patterns, not for verdicts."""
+    if a.shape != b.shape:
+        return False
+    scale = max(float(np.linalg.norm(b.reshape(-1))), float(np.linalg.norm(a.reshape(-1))))
+    if scale == 0:
+        return True
+    return float(np.linalg.norm((a - b).reshape(-1))) <= rtol * scale
+
+
+def value_hint(
+    got: np.ndarray,
+    expected: np.ndarray,
+    expected_with_ones: np.ndarray | None = None,
+    pattern_rtol: float = 1e-3,
+) -> str | None:
+    """The likely bug behind a gradient that differs in value, where it is recognisable."""
+    got = np.asarray(got, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    if got.shape != expected.shape or not np.all(np.isfinite(got)):
+        return None
+    got_norm = float(np.linalg.norm(got.reshape(-1)))
+    expected_norm = float(np.linalg.norm(expected.reshape(-1)))
+    if expected_norm == 0:
+        if got_norm > 0:
+            return (
+                "the reference gradient is zero but this one is not: if a surrogate gradient "
+                'is intended (straight-through, clipping), set reference = "none"'
+            )
+        return None
+    if got_norm <= pattern_rtol * expected_norm:
+        return "the gradient is zero: a missing term, or a stop_gradient in the backward function?"
+    if expected_with_ones is not None and close(got, expected_with_ones, pattern_rtol):
+        return "the gradient ignores the upstream gradient: missing multiply by dy?"
+    factor = float(np.sum(got * expected) / np.sum(expected * expected))
+    if close(got, factor * expected, pattern_rtol):
+        if abs(factor + 1) <= pattern_rtol:
+            return "wrong sign: the gradient is the negative of the expected one"
+        return f"off by a constant factor: the gradient is {factor:.4g} times the expected one"
+    square = got.ndim >= 2 and got.shape[-1] == got.shape[-2]
+    if square and close(got, np.swapaxes(expected, -1, -2), pattern_rtol):
+        return "the gradient is the transpose of the expected one: a missing or extra transpose?"
+    return None
+
+
+def swap_hint(
+    grads: dict[str, np.ndarray], references: dict[str, np.ndarray], pattern_rtol: float = 1e-3
+) -> dict[str, str]:
+    """Inputs whose gradients look exchanged with another input's, by value."""
+    hints: dict[str, str] = {}
+    names = [n for n in grads if n in references]
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            a, b = grads[first], grads[second]
+            if a.shape != references[second].shape or b.shape != references[first].shape:
+                continue
+            if close(a, references[second], pattern_rtol) and close(b, references[first], pattern_rtol):
+                message = f"the gradients of {first} and {second} are swapped: return them in input order"
+                hints[first] = message
+                hints[second] = message
+    return hints
+
+
+def shape_hint(
+    name: str,
+    got: tuple[int | None, ...],
+    expected: tuple[int, ...],
+    returned_shapes: dict[str, tuple[int | None, ...] | None],
+    input_shapes: dict[str, tuple[int, ...]],
+) -> str | None:
+    """The likely bug behind a gradient of the wrong shape."""
+    for other, other_shape in input_shapes.items():
+        if other == name or tuple(got) != tuple(other_shape):
+            continue
+        back = returned_shapes.get(other)
+        if back is not None and tuple(back) == tuple(expected):
+            return f"the gradients of {name} and {other} look swapped: each has the other's shape"
+    if len(expected) == 2 and tuple(got) == tuple(reversed(expected)):
+        return "the gradient has the transposed shape: a missing or extra transpose?"
+    if tuple(got) == () and expected != ():
+        return "a scalar gradient broadcasts silently in TensorFlow: the backward function reduced over all axes"
+    axes = broadcast_axes(tuple(int(d) for d in got if d is not None), expected) if None not in got else None
+    if axes:
+        return (
+            f"missing sum over the broadcast axis {axes[0]}"
+            if len(axes) == 1
+            else f"missing sum over the broadcast axes {', '.join(map(str, axes))}"
+        ) + f": reduce_sum the gradient to the input's shape {list(expected)}"
+    return None
+
+
+def broadcast_axes(got: tuple[int, ...], expected: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Axes of ``got`` to sum over to reach ``expected``, if ``expected`` broadcasts to ``got``."""
+    if len(got) < len(expected) or got == expected:
+        return None
+    lead = len(got) - len(expected)
+    axes = list(range(lead))
+    for i, (g, e) in enumerate(zip(got[lead:], expected)):
+        if g == e:
+            continue
+        if e == 1:
+            axes.append(lead + i)
+            continue
+        return None
+    return tuple(axes) if axes else None
+
+
+# -- hints that rerun the backward function ------------------------------------
+
+
+class Judged(Protocol):
+    """What a hint needs of a verdict: the gradient judged and what it was expected to be."""
+
+    custom: np.ndarray | None
+    expected: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """What the hints that rerun the user's code need: the harnesses, the plan and draw 0."""
+
+    harness: Harness
+    reference_harness: Harness
+    plan: CallPlan
+    values: dict[str, Any]
+    upstreams: list[np.ndarray]
+
+
+def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: Rerun) -> list[Problem]:
+    """Attach the likely bug to each value problem where the pattern is recognisable."""
+    judged = {n: v for n, v in verdicts.items() if v.custom is not None and v.expected is not None}
+    customs: dict[str, np.ndarray] = {n: v.custom for n, v in judged.items()}  # type: ignore[misc]
+    expected: dict[str, np.ndarray] = {n: v.expected for n, v in judged.items()}  # type: ignore[misc]
+    swaps = swap_hint(customs, expected)
+    ones: dict[str, np.ndarray] | None = None
+    hinted = []
+    for problem in problems:
+        name = problem.input
+        if problem.hint is None and problem.check in ("native", "numeric") and name in expected:
+            hint = swaps.get(name)  # type: ignore[arg-type]
+            if hint is None:
+                if ones is None:
+                    ones = ones_reference(rerun)
+                hint = value_hint(customs[name], expected[name], ones.get(name))  # type: ignore[index,arg-type]
+            if hint is None and problem.order == 1:
+                hint = upstream_hint(rerun, name, customs[name])  # type: ignore[index,arg-type]
+            if hint is None and problem.order == 1:
+                hint = transposed_operand_hint(rerun, name, expected[name])  # type: ignore[arg-type,index]
+            if hint is not None:
+                problem = replace(problem, hint=hint)
+        hinted.append(problem)
+    return hinted
+
+
+def upstream_hint(rerun: Rerun, name: str, got: np.ndarray) -> str | None:
+    """Recognise a backward function that drops or mixes up the upstream gradients of several outputs.
+
+    Reruns native autodiff with one upstream zeroed, or two same-shaped
+    upstreams exchanged: if that is what the custom gradient computed, the
+    backward function ignores that output's upstream or takes them in
+    another order than TensorFlow passes them.
+    """
+    labels = rerun.reference_harness.output_labels
+    if len(labels) < 2:
+        return None
+    upstreams = rerun.upstreams
+
+    def native_with(changed: list[np.ndarray]) -> np.ndarray | None:
+        outcome = rerun.reference_harness.native(rerun.values, changed)
+        return outcome.grads.get(name) if outcome.ok and outcome.grads else None
+
+    for j, label in enumerate(labels):
+        changed = [np.zeros_like(u) if i == j else u for i, u in enumerate(upstreams)]
+        native = native_with(changed)
+        if native is not None and close(got, native):
+            return (
+                f"the backward function ignores the upstream gradient of output {label} "
+                f"(its argument {j + 1} of {len(labels)})"
+            )
+    for i in range(len(labels)):
+        for j in range(i + 1, len(labels)):
+            if upstreams[i].shape != upstreams[j].shape:
+                continue
+            changed = list(upstreams)
+            changed[i], changed[j] = upstreams[j], upstreams[i]
+            native = native_with(changed)
+            if native is not None and close(got, native):
+                return (
+                    f"the backward function takes the upstream gradients of outputs {labels[i]} and "
+                    f"{labels[j]} in swapped order: TensorFlow passes one per output in tf.nest.flatten "
+                    "order (a dict's keys sorted)"
+                )
+    return None
+
+
+def transposed_operand_hint(rerun: Rerun, name: str, expected: np.ndarray) -> str | None:
+    """Recognise a missing transpose inside the backward function.
+
+    For each square matrix input, rerun the custom gradient with that
+    input transposed: if the gradient of ``name`` then equals the
+    expected one, the backward function uses the operand the wrong way round.
+    """
+    for argument in rerun.plan.tensors:
+        spec = argument.spec
+        if spec is None or len(spec.shape) < 2 or spec.shape[-1] != spec.shape[-2] or spec.symmetric:
+            continue
+        moved = dict(rerun.values)
+        moved[argument.name] = np.swapaxes(rerun.values[argument.name], -1, -2)
+        outcome = rerun.harness.custom(moved, rerun.upstreams, "eager")
+        if not outcome.ok or outcome.grads is None or outcome.grads.get(name) is None:
+            continue
+        if close(outcome.grads[name], expected):
+            return (
+                f"the gradient of {name} comes out right when {argument.name} is transposed: "
+                f"a missing or extra transpose of {argument.name} in the backward function"
+            )
+    return None
+
+
+def ones_reference(rerun: Rerun) -> dict[str, np.ndarray]:
+    """Native gradients for an all-ones upstream, to recognise an ignored dy."""
+    outcome = rerun.reference_harness.native(rerun.values, [np.ones_like(u) for u in rerun.upstreams])
+    if not outcome.ok or outcome.grads is None:
+        return {}
+    return {n: g for n, g in outcome.grads.items() if g is not None and np.all(np.isfinite(g))}

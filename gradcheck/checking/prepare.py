@@ -1,0 +1,439 @@
+"""Build the call target, plan the call, probe shapes, draw and redraw inputs.
+
+Everything here happens before any gradient is judged: a target that cannot
+be built or called becomes a :class:`NeedsConfig`, :class:`UserCodeError` or
+:class:`NeedsFloat32` for the checklist in :mod:`gradcheck.checking` to turn into a
+result.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gradcheck import _tf
+from gradcheck.checking.exceptions import UserCodeError, describe_exception
+from gradcheck.inputs import CallPlan, candidate_shapes, draw_tensor, plan_call, subject_rng
+from gradcheck.numerics import FunctionTarget, Harness, LayerTarget, Outcome, Patch, WrapperTarget, raised_by_gradcheck
+from gradcheck.results import InputRecord, format_shape
+
+if TYPE_CHECKING:
+    from gradcheck.checking import CheckRequest
+
+#: Exceptions that mean "these shapes do not fit" while probing.
+_SHAPE_ERRORS = ("InvalidArgumentError", "ValueError", "TypeError", "IndexError")
+#: How TensorFlow says that float64 inputs met float32 code.
+_DTYPE_CLASH = re.compile(
+    r"(double|float64).*(float32|\bfloat\b)|(float32|\bfloat\b).*(double|float64)", re.IGNORECASE | re.DOTALL
+)
+
+
+class NeedsConfig(Exception):
+    """A class cannot be built without constructor arguments from the config."""
+
+
+class NeedsFloat32(Exception):
+    """Float64 inputs met code written for float32: the check is rerun in float32."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def dtype_clash(error: BaseException) -> bool:
+    """True when ``error`` says that float64 inputs met float32 code."""
+    return type(error).__name__ in _SHAPE_ERRORS and bool(_DTYPE_CLASH.search(str(error)))
+
+
+@dataclass(frozen=True)
+class Built:
+    """A call target with its plan and the things needed to run and name it."""
+
+    target: Any
+    plan: CallPlan
+    name_variable: Callable[[Any], str]
+    layer: Any = None
+    fresh_layer: bool = False
+    """True when gradcheck constructed the layer (its weights are then redrawn, seeded)."""
+
+
+# -- targets -------------------------------------------------------------------
+
+
+def table_key(request: CheckRequest) -> str:
+    """``[functions.NAME]`` or ``[layers.NAME]``: where the subject's config lives."""
+    subject = request.subject
+    table = "layers" if subject.kind == "layer" else "functions"
+    name = subject.name if "." not in subject.name else f'"{subject.name}"'
+    return f"[{table}.{name}]"
+
+
+def _init_kwargs(request: CheckRequest) -> dict[str, Any]:
+    return dict(request.config.init) if request.config else {}
+
+
+def _construct(request: CheckRequest, cls: type, kwargs: dict[str, Any], what: str) -> Any:
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as error:
+        raise NeedsConfig(
+            f"{cls.__name__}(...) needs constructor arguments ({error}); add to "
+            f"{request.config_label}: {table_key(request)} init = {{ ... }}"
+        ) from error
+    except ValueError:  # no signature to check against: let the call itself tell
+        pass
+    try:
+        return cls(**kwargs)
+    except Exception as error:  # the user's constructor raised
+        raise UserCodeError(
+            f"could not construct {cls.__name__}(**init) for the {what}: "
+            f"{describe_exception(error, request.subject.path)}; give its arguments as "
+            f"init = {{...}} in {table_key(request)}"
+        ) from error
+
+
+def build(request: CheckRequest, dtype: str) -> Built:
+    """The call target and its plan, with float inputs in ``dtype``."""
+    subject = request.subject
+    namer = variable_namer(request, None)
+    if subject.kind == "layer":
+        return _build_layer(request, dtype)
+    forward = subject.forward
+    assert forward is not None
+    if subject.binding == "method":
+        instance = _construct(request, subject.owner, _init_kwargs(request), "method")  # type: ignore[arg-type]
+        forward = forward.__get__(instance, subject.owner)
+        namer = variable_namer(request, instance)
+    elif subject.binding == "classmethod":
+        forward = forward.__get__(subject.owner, type(subject.owner))
+    if subject.binding == "wrapper":
+        target: Any = WrapperTarget(subject.obj, forward)
+    else:
+        target = FunctionTarget(forward, subject.name.rsplit(".", 1)[-1])
+    return Built(target, _plan(request, inspect.signature(forward), dtype), namer)
+
+
+def _plan(request: CheckRequest, signature: inspect.Signature, dtype: str) -> CallPlan:
+    subject = request.subject
+    signature_shapes = None
+    if subject.input_signature:
+        parameters = [p.name for p in signature.parameters.values()]
+        signature_shapes = {}
+        for name, spec in zip(parameters, subject.input_signature):
+            shape = getattr(spec, "shape", None)
+            spec_dtype = getattr(spec, "dtype", None)
+            if shape is None or spec_dtype is None or shape.rank is None:
+                continue
+            signature_shapes[name] = (tuple(shape.as_list()), spec_dtype.name)
+    table = "layers" if subject.kind == "layer" else "functions"
+    return plan_call(
+        signature,
+        request.config,
+        request.dims,
+        dtype,
+        request.config_label,
+        f"{table}.{subject.name}",
+        request.shape_overrides,
+        signature_shapes,
+    )
+
+
+def _build_layer(request: CheckRequest, dtype: str) -> Built:
+    subject = request.subject
+    if isinstance(subject.obj, type):
+        cls = subject.obj
+        kwargs = _init_kwargs(request)
+        if "dtype" not in kwargs and _accepts_keyword(cls.__init__, "dtype"):
+            kwargs["dtype"] = dtype
+        layer = _construct(request, cls, kwargs, "layer")
+        fresh = True
+    else:
+        layer = subject.obj  # the user's own instance: checked as it is, weights restored afterwards
+        fresh = False
+    patches = [
+        Patch(namespace, name, namespace[name], parts.forward)
+        for namespace, name in subject.patches
+        if (parts := _tf.custom_gradient_parts(namespace[name])) is not None
+    ]
+    signature = inspect.signature(layer.call)
+    plan = _plan(request, signature, dtype)
+    return Built(LayerTarget(layer, patches), plan, variable_namer(request, layer), layer, fresh)
+
+
+def variable_namer(request: CheckRequest, owner: Any) -> Callable[[Any], str]:
+    """Name a variable by the attribute or global that holds it, else by its own name."""
+    subject = request.subject
+    module = subject.module
+    forward = subject.forward
+
+    def name(variable: Any) -> str:
+        places: list[dict[str, Any]] = []
+        if owner is not None:
+            places.append(vars(owner))
+        if forward is not None:
+            try:
+                closure = inspect.getclosurevars(inspect.unwrap(forward))
+                places.append(dict(closure.nonlocals))
+            except (TypeError, ValueError):
+                pass
+        if module is not None:
+            places.append(vars(module))
+        code_owner = forward if forward is not None else getattr(subject.owner, "call", None)
+        if code_owner is not None:
+            places.append(getattr(inspect.unwrap(code_owner), "__globals__", {}))
+        for place in places:
+            for key, value in place.items():
+                if key.startswith("__"):
+                    continue
+                if value is variable or (_tf.is_keras_variable(value) and value.value is variable):
+                    return key
+        text = getattr(variable, "name", "variable")
+        return text[:-2] if text.endswith(":0") else text
+
+    return name
+
+
+def _accepts_keyword(function: Any, name: str) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+# -- probing -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Probed:
+    """What probing found: a plan with shapes (and a note saying so), or why there is none."""
+
+    plan: CallPlan | None
+    note: str | None = None
+    failure: str | None = None
+    """Why no guessed shapes worked, in a few words."""
+    skip_reason: str | None = None
+    """The same, with the config to add."""
+
+
+def probe(request: CheckRequest, plan: CallPlan, built: Built, dtype: str) -> Probed:
+    """The first candidate shapes the forward pass accepts, or why none did."""
+    subject = request.subject
+    last_error: BaseException | None = None
+    errors: list[BaseException] = []
+    for shapes in candidate_shapes(plan.unknown):
+        for distribution in ("normal", "positive"):
+            candidate = plan.with_shapes(shapes, dtype).with_distribution(distribution)
+            harness = Harness(built.target, candidate, built.name_variable)
+            values = draw_values(candidate, subject_rng(request.settings.seed, subject.name, 0))
+            try:
+                outputs = harness.outputs(values)
+            except Exception as error:  # the forward refused these shapes (or these values)
+                if raised_by_gradcheck(error):
+                    raise
+                harness.restore()
+                last_error = error
+                errors.append(error)
+                continue
+            finally:
+                harness.restore()
+            if not outputs:
+                break
+            if all(np.all(np.isfinite(o)) for o in outputs):
+                described = ", ".join(f"{n}={format_shape(s)}" for n, s in shapes.items())
+                note = (
+                    f"no shapes configured: using guessed shapes {described}"
+                    + (f" ({distribution} draws)" if distribution != "normal" else "")
+                    + "; set them in the config to check the shapes you use"
+                )
+                return Probed(candidate, note=note)
+    if errors and _same_failure_whatever_the_shapes(errors):
+        raise UserCodeError(f"forward pass raised: {describe_exception(errors[-1], subject.path)}") from errors[-1]
+    if errors and all(dtype_clash(e) for e in errors) and dtype == "float64":
+        raise NeedsFloat32(errors[-1])
+    example = ", ".join(f"{name} = [4, 5]" for name in plan.unknown)
+    why = f" (last try: {describe_exception(last_error, subject.path)})" if last_error else ""
+    return Probed(
+        None,
+        failure=f"no guessed shapes worked{why}",
+        skip_reason=f"no shapes configured for {', '.join(plan.unknown)} and no guessed shapes worked{why}; "
+        f"add to {request.config_label}: {table_key(request)} inputs = {{ {example} }}",
+    )
+
+
+def _same_failure_whatever_the_shapes(errors: list[BaseException]) -> bool:
+    """True when probing failed for a reason that has nothing to do with shapes.
+
+    Shape errors name the shapes, so their messages change from one guess
+    to the next; an error that reads the same for every guess, or that
+    is no kind of shape error at all, is a bug in the forward pass.
+    """
+    if any(dtype_clash(e) for e in errors):
+        return False
+    if len({(type(e), str(e)) for e in errors}) == 1 and len(errors) > 1:
+        return True
+    return all(type(e).__name__ not in _SHAPE_ERRORS for e in errors)
+
+
+# -- draws ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Draws:
+    """Input values, variable values and upstream gradients of each draw, made once each.
+
+    Draw 0 is given by the forward pass that found the variables; a redraw
+    takes fresh inputs and upstream gradients and keeps the variables where
+    draw 0 put them.
+    """
+
+    seed: int
+    name: str
+    plan: CallPlan
+    harness: Harness
+    _made: dict[int, tuple[dict[str, Any], list[np.ndarray]]] = field(default_factory=dict)
+
+    def first(self, values: dict[str, Any]) -> None:
+        """Record draw 0 (the values the first forward pass ran on)."""
+        self._made[0] = (values, self.upstreams(0))
+
+    def __call__(self, index: int) -> tuple[dict[str, Any], list[np.ndarray]]:
+        if index not in self._made:
+            values = draw_values(self.plan, subject_rng(self.seed, self.name, index))
+            first = self._made[0][0]
+            values.update({name: first[name] for name, _ in self.harness.variables})
+            self._made[index] = (values, self.upstreams(index))
+        return self._made[index]
+
+    def upstreams(self, index: int) -> list[np.ndarray]:
+        """The seeded upstream gradients of draw ``index``, one per output."""
+        rng = subject_rng(self.seed, self.name + ":upstream", index)
+        return [rng.standard_normal(size=spec.shape) for spec in self.harness.output_specs or []]
+
+
+def redraw_layer_weights(values: dict[str, Any], layer: Any, harness: Harness, rng: np.random.Generator) -> None:
+    """Give a fresh layer's weights seeded values, so the report does not depend on Keras's seeds.
+
+    Each weight keeps the sign and scale its initializer gave it: an
+    all-positive weight (a scale) stays positive, an all-zero one (a bias)
+    gets small values so that its gradient is exercised.
+    """
+    weights = {id(_tf.underlying_variable(w)) for w in getattr(layer, "trainable_weights", [])}
+    for name, variable in harness.variables:
+        if id(variable) not in weights:
+            continue
+        current = np.asarray(variable.numpy(), dtype=np.float64)
+        scale = float(np.std(current)) or float(np.mean(np.abs(current))) or 0.1
+        drawn = rng.standard_normal(size=current.shape) * scale
+        if current.size and np.all(current > 0):
+            drawn = np.abs(drawn) + float(np.min(current))
+        values[name] = round_to(drawn, variable.dtype.name)
+
+
+def draw_values(plan: CallPlan, rng: np.random.Generator) -> dict[str, Any]:
+    """One set of argument values: tensors drawn from ``rng``, constants as they are."""
+    values: dict[str, Any] = {}
+    for leaf in plan.leaves:
+        if leaf.spec is None:
+            values[leaf.name] = leaf.value
+            continue
+        array = draw_tensor(leaf.spec, rng)
+        if leaf.spec.differentiable and leaf.spec.dtype != "float64":
+            # Keep the base point exactly representable, so perturbations are exact too.
+            array = round_to(array, leaf.spec.dtype)
+        values[leaf.name] = array
+    return values
+
+
+def round_to(array: np.ndarray, dtype: str) -> np.ndarray:
+    """``array`` rounded to ``dtype``'s precision, kept in float64."""
+    if dtype == "bfloat16":
+        tf = _tf.tensorflow()
+        return np.asarray(tf.cast(tf.cast(array, tf.bfloat16), tf.float64))
+    return np.asarray(array).astype(dtype).astype(np.float64)
+
+
+# -- the second try and the references -----------------------------------------
+
+
+def keyword_convention(
+    plan: CallPlan, kind: str, outcomes: Mapping[str, Outcome], already: frozenset[str]
+) -> frozenset[str]:
+    """Constants with defaults that the backward function treats as named arguments.
+
+    A backward function returning gradients for every positional argument
+    but the defaulted constants is written for calls that name those
+    constants (``f(x, axis=1)``), which custom_gradient does not count as
+    inputs. Returns their names, to be passed by keyword instead.
+    """
+    if already or kind == "layer":
+        return frozenset()
+    record = outcomes.get("eager", next(iter(outcomes.values()))).record
+    if record.returned is None:
+        return frozenset()
+    defaulted = frozenset(a.name for a in plan.positional if a.role == "constant" and a.has_default)
+    if not defaulted:
+        return frozenset()
+    named = len(plan.with_keywords(set(defaulted)).slots)
+    if len(record.returned) == named != len(plan.slots):
+        return defaulted
+    return frozenset()
+
+
+def reference_harness(
+    kind: str, dtype: str, built: Built, plan: CallPlan, harness: Harness, values: dict[str, Any]
+) -> tuple[Harness, str | None]:
+    """A harness that evaluates the references in float64 where the function allows it, and a note saying so.
+
+    Low-precision gradients are compared with a wider reference: in
+    float16 the finite difference of a smooth function often rounds to 0.
+    """
+    if dtype == "float64" or kind == "layer":
+        return harness, None
+    wide = Harness(built.target, plan.with_dtype("float64"), built.name_variable)
+    try:
+        outputs = wide.outputs(values)
+    except Exception as error:  # the code is written for its dtype: references stay in it
+        if raised_by_gradcheck(error):
+            raise
+        wide.restore()
+        return harness, None
+    if not all(np.all(np.isfinite(o)) for o in outputs):
+        wide.restore()
+        return harness, None
+    return wide, f"references (native autodiff, finite differences) evaluated in float64 for {dtype} inputs"
+
+
+def input_records(plan: CallPlan | None, harness: Harness | None) -> tuple[InputRecord, ...]:
+    """The arguments and variables as fed, for the report."""
+    records = []
+    for argument in plan.leaves if plan is not None else ():
+        if argument.spec is not None:
+            records.append(
+                InputRecord(
+                    name=argument.name,
+                    shape=argument.spec.shape,
+                    dtype=argument.spec.dtype,
+                    role=argument.role,
+                    guessed=argument.guessed,
+                )
+            )
+        elif argument.role == "constant":
+            records.append(
+                InputRecord(name=argument.name, shape=None, dtype=type(argument.value).__name__, role="constant")
+            )
+        else:
+            records.append(InputRecord(name=argument.name, shape=None, dtype="unknown", role=argument.role))
+    if harness is not None:
+        for name, variable in harness.variables:
+            records.append(
+                InputRecord(
+                    name=name, shape=tuple(variable.shape.as_list()), dtype=variable.dtype.name, role="variable"
+                )
+            )
+    return tuple(records)

@@ -1,0 +1,683 @@
+"""Judge each gradient's values: native evidence, numeric evidence, and their reconciliation.
+
+Each reference gives :class:`Evidence` about the custom gradient: native
+autodiff element-wise, finite differences either whole (``full`` mode) or
+along random directions (``fast`` mode). Before reconciling, two named
+steps refine the evidence in fast mode: :func:`settle_native_disagreement`
+(native autodiff disagrees where finite differences agree: is the forward
+pass not differentiable by TensorFlow here?) and :func:`localise_fast_failure`
+(a failed projection is checked element by element, where affordable).
+:data:`RECONCILE` then decides, as a table, whether to report, redraw (a kink
+inside the finite-difference step fools only finite differences), or settle
+for the evidence there is.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from gradcheck.compare import (
+    NOISE_FLOOR,
+    UNRELIABLE,
+    Comparison,
+    ProjectionComparison,
+    Tolerance,
+    compare_elementwise,
+    compare_projection,
+    heat_map,
+    tolerance,
+)
+from gradcheck.config import Settings
+from gradcheck.inputs import subject_rng, symmetrize
+from gradcheck.numerics import (
+    BatchedLoss,
+    Harness,
+    Outcome,
+    Source,
+    default_step,
+    directional_derivative,
+    finite_difference_gradient,
+    one_at_a_time,
+)
+from gradcheck.results import Problem
+
+#: Random directions per input and draw in fast mode (the default of the ``projections`` parameter).
+PROJECTIONS = 3
+#: Input draws at most: the first, plus redraws where only finite differences disagree.
+MAX_DRAWS = 3
+#: Largest input (in elements) that fast mode localises with a whole
+#: finite-difference gradient after a failed projection.
+LOCALISE_MAX_ELEMENTS = 4096
+#: Beyond this many Jacobian entries (input elements x output elements), full mode checks
+#: that input with random projections instead. Full mode never holds a Jacobian (its
+#: batches of perturbed inputs stay under 64 MB), so the bound is on time: each input
+#: element costs a few forward passes over every output.
+JACOBIAN_MAX_ENTRIES = 10**9
+
+
+class Evidence(enum.Enum):
+    """What one reference says about a custom gradient."""
+
+    AGREES = "agrees"
+    DISAGREES = "disagrees"
+    INCONCLUSIVE = "inconclusive"
+    """Finite differences too unreliable to judge by (a kink or jump within the step)."""
+    UNAVAILABLE = "unavailable"
+    """No such reference: not asked for, raised, non-finite, or not differentiable here."""
+
+
+def evidence(ok: bool | None, available: bool = True) -> Evidence:
+    """``True`` / ``False`` / ``None`` (can't tell) as evidence."""
+    if not available:
+        return Evidence.UNAVAILABLE
+    if ok is None:
+        return Evidence.INCONCLUSIVE
+    return Evidence.AGREES if ok else Evidence.DISAGREES
+
+
+class Reconciled(enum.Enum):
+    """What to do with a gradient's evidence."""
+
+    JUDGED = "judged"
+    """Report what disagrees (possibly nothing)."""
+    REDRAW = "redraw"
+    """Only finite differences object or cannot tell: try a fresh draw first."""
+    KINK = "kink"
+    """At the last draw, finite differences alone still disagree: ask whether the forward pass is differentiable."""
+    NATIVE_VOUCHES = "native vouches"
+    """At the last draw, finite differences were unreliable throughout; native autodiff agrees: pass."""
+    UNRELIABLE = "unreliable"
+    """At the last draw, finite differences were unreliable throughout and no other reference was usable."""
+
+
+_A, _D, _I, _U = Evidence.AGREES, Evidence.DISAGREES, Evidence.INCONCLUSIVE, Evidence.UNAVAILABLE
+_JUDGED = (Reconciled.JUDGED, Reconciled.JUDGED)
+#: (native, numeric) -> (what to do before the last draw, what to do at the last draw).
+RECONCILE: dict[tuple[Evidence, Evidence], tuple[Reconciled, Reconciled]] = {
+    (_A, _A): _JUDGED,
+    (_A, _D): (Reconciled.REDRAW, Reconciled.KINK),
+    (_A, _I): (Reconciled.REDRAW, Reconciled.NATIVE_VOUCHES),
+    (_A, _U): _JUDGED,
+    (_D, _A): _JUDGED,
+    (_D, _D): _JUDGED,
+    (_D, _I): (Reconciled.REDRAW, Reconciled.JUDGED),
+    (_D, _U): _JUDGED,
+    (_U, _A): _JUDGED,
+    (_U, _D): _JUDGED,
+    (_U, _I): (Reconciled.REDRAW, Reconciled.UNRELIABLE),
+    (_U, _U): _JUDGED,
+}
+
+
+def reconcile(native: Evidence, numeric: Evidence, last_draw: bool) -> Reconciled:
+    """Look up what to do with ``native`` and ``numeric`` evidence (native is never INCONCLUSIVE)."""
+    before_last, at_last = RECONCILE[(native, numeric)]
+    return at_last if last_draw else before_last
+
+
+# -- what flows in and out -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Judging:
+    """What judging needs that does not change from one gradient to the next."""
+
+    settings: Settings
+    subject_name: str
+    wide: bool
+    """True when the references are evaluated in float64 for narrower inputs."""
+    output_size: int
+    """Elements over all outputs, for the Jacobian's size."""
+    batching: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """How the reference harness evaluates each source's perturbations, and why."""
+    projections: int = PROJECTIONS
+    """Random directions per input and draw in fast mode."""
+
+    def reference_dtype(self, source: Source) -> str:
+        """The dtype the references of ``source`` are evaluated in."""
+        if source.kind == "variable" or not self.wide:
+            return source.dtype
+        return "float64"
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One gradient at one draw, about to be judged."""
+
+    source: Source
+    draw: int
+    values: dict[str, Any]
+    got: np.ndarray
+    """The custom gradient (symmetrised where the input is), finite."""
+    losses: BatchedLoss
+    execution: str
+    order: int
+
+    @property
+    def what(self) -> str:
+        """``gradient of x`` or ``second-order gradient of x``, for messages."""
+        return f"{'second-order ' if self.order == 2 else ''}gradient of {self.source.name}"
+
+
+@dataclass(frozen=True)
+class NativeEvidence:
+    """Native autodiff's gradient, compared element-wise where it is finite."""
+
+    verdict: Evidence
+    gradient: np.ndarray | None = None
+    comparison: Comparison | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NumericEvidence:
+    """Finite differences: a whole gradient, or projections along random directions."""
+
+    verdict: Evidence
+    gradient: np.ndarray | None = None
+    comparison: Comparison | None = None
+    projections: tuple[ProjectionComparison, ...] = ()
+    native_projections: Evidence = Evidence.UNAVAILABLE
+    """Native autodiff's gradient along the same directions (for "native is not differentiable here")."""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judgement of one source's gradient at one draw."""
+
+    final: bool
+    """False: redraw before judging."""
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    custom: np.ndarray | None = None
+    expected: np.ndarray | None = None
+    """What the gradient should have been, where a reference says so (for hints)."""
+
+
+# -- native evidence -------------------------------------------------------------
+
+
+def native_evidence(judged: Judged, native: Outcome | None, tol: Tolerance) -> NativeEvidence:
+    """Native autodiff, element-wise, where it is finite."""
+    if native is None or not native.ok:
+        return NativeEvidence(Evidence.UNAVAILABLE)
+    source = judged.source
+    raw = native.grads.get(source.name) if native.grads else None
+    gradient = np.zeros(source.shape) if raw is None else raw
+    if source.symmetric:
+        gradient = symmetrize(gradient)
+    finite = np.isfinite(gradient)
+    if not finite.any():
+        note = f"native autodiff of the {judged.what} is NaN/Inf everywhere; finite differences judge it"
+        return NativeEvidence(Evidence.UNAVAILABLE, notes=(note,))
+    comparison = compare_elementwise(judged.got, gradient, tol, mask=finite)
+    notes: tuple[str, ...] = ()
+    if not finite.all():
+        notes = (
+            f"native autodiff gives NaN/Inf at {int((~finite).sum())} of {finite.size} elements "
+            f"of the {judged.what} (as it does where people need custom gradients); finite differences judge those",
+        )
+    return NativeEvidence(evidence(comparison.ok), gradient, comparison, notes)
+
+
+# -- numeric evidence ------------------------------------------------------------
+
+
+def _step(judging: Judging, source: Source) -> float:
+    eps = judging.settings.eps
+    return eps if eps is not None else default_step(judging.reference_dtype(source))
+
+
+def _scale(judged: Judged) -> np.ndarray:
+    return np.maximum(1.0, np.abs(np.asarray(judged.values[judged.source.name], dtype=np.float64)))
+
+
+def full_evidence(judging: Judging, judged: Judged, tol: Tolerance) -> NumericEvidence:
+    """The whole finite-difference gradient, element-wise."""
+    source, got = judged.source, judged.got
+
+    def acceptable(gradient: np.ndarray, error: np.ndarray) -> np.ndarray:
+        # Elements that plain central differences already confirm need no second step.
+        difference = np.abs(got - gradient)
+        magnitude = float(np.max(np.abs(np.nan_to_num(gradient)), initial=0.0))
+        bound = tol.atol + tol.rtol * (np.abs(gradient) + NOISE_FLOOR * magnitude) + error
+        return np.isfinite(gradient) & (difference <= 0.5 * bound)
+
+    base = np.asarray(judged.values[source.name], dtype=np.float64)
+    gradient, error, _ = finite_difference_gradient(
+        judged.losses,
+        base,
+        source.name,
+        _scale(judged),
+        _step(judging, source),
+        judging.reference_dtype(source),
+        source.symmetric,
+        accept=acceptable,
+    )
+    notes: tuple[str, ...] = ()
+    strategy, why = judging.batching.get(source.name, ("", ""))
+    if strategy == "loop" and source.kind == "input":
+        notes = (
+            f"finite differences of {source.name} were evaluated one perturbation at a time: "
+            f"the function cannot be batched ({why})",
+        )
+    comparison, ok = judge_full(got, gradient, error, tol)
+    return NumericEvidence(evidence(ok), gradient, comparison, notes=notes)
+
+
+def judge_full(
+    got: np.ndarray, gradient: np.ndarray, error: np.ndarray, tol: Tolerance
+) -> tuple[Comparison, bool | None]:
+    """Element-wise against a finite-difference gradient; None where only unreliable elements fail."""
+    result = compare_elementwise(got, gradient, tol, expected_error=error)
+    if result.ok:
+        return result, True
+    # An element's finite difference is trusted when its own error is small
+    # next to the values being compared (either side), as for projections.
+    size = np.maximum(np.abs(gradient), np.abs(got))
+    magnitude = float(np.max(size, initial=0.0))
+    reliable = error <= UNRELIABLE * (size + NOISE_FLOOR * magnitude + tol.atol)
+    strict = compare_elementwise(got, gradient, tol, expected_error=error, mask=reliable)
+    return result, (None if strict.ok else False)
+
+
+def projected_evidence(
+    judging: Judging, judged: Judged, native_gradient: np.ndarray | None, tol: Tolerance
+) -> NumericEvidence:
+    """``<gradient, u>`` against directional finite differences along ``judging.projections`` random ``u``."""
+    source, name = judged.source, judged.source.name
+    seed = f"{judging.subject_name}:{name}:directions:{judged.order}"
+    rng = subject_rng(judging.settings.seed, seed, judged.draw)
+    native_usable = native_gradient is not None and bool(np.all(np.isfinite(native_gradient)))
+    projections, native_hits = [], []
+    for _ in range(judging.projections):
+        direction = rng.standard_normal(size=source.shape)
+        if source.symmetric:
+            direction = symmetrize(direction)
+        direction = direction * _scale(judged)
+        estimate = directional_derivative(
+            judged.losses, name, direction, _step(judging, source), judging.reference_dtype(source)
+        )
+        projections.append(compare_projection(judged.got, direction, estimate.value, estimate.error, tol))
+        if native_usable:
+            native_hits.append(compare_projection(native_gradient, direction, estimate.value, estimate.error, tol).ok)  # type: ignore[arg-type]
+    if any(p.conclusive and not p.ok for p in projections):
+        ok: bool | None = False
+    elif all(p.conclusive for p in projections):
+        ok = True
+    else:
+        ok = None
+    native_projections = evidence(all(native_hits), available=bool(native_hits))
+    return NumericEvidence(evidence(ok), projections=tuple(projections), native_projections=native_projections)
+
+
+def numeric_evidence(
+    judging: Judging, judged: Judged, native: NativeEvidence, tol: Tolerance
+) -> tuple[NumericEvidence, tuple[str, ...]]:
+    """Finite differences, whole (full mode, Jacobian permitting) or projected; and a note where full mode fell back."""
+    settings, source = judging.settings, judged.source
+    full = settings.mode == "full"
+    notes: tuple[str, ...] = ()
+    jacobian = source.size * judging.output_size
+    if full and jacobian > JACOBIAN_MAX_ENTRIES:
+        full = False
+        notes = (
+            f"full mode would compare a {jacobian:.2g}-entry Jacobian for {source.name}; "
+            "checked with random projections (fast mode) instead",
+        )
+    if settings.reference not in ("both", "numeric"):
+        return NumericEvidence(Evidence.UNAVAILABLE), notes
+    if full:
+        return full_evidence(judging, judged, tol), notes
+    return projected_evidence(judging, judged, native.gradient, tol), notes
+
+
+def settle_native_disagreement(
+    judging: Judging, judged: Judged, native: NativeEvidence, numeric: NumericEvidence, tol: Tolerance
+) -> tuple[NativeEvidence, NumericEvidence, tuple[str, ...]]:
+    """Native autodiff disagrees where the projections agree: settle it (fast mode), with notes saying how.
+
+    Where native autodiff also misses the projections, TensorFlow cannot
+    differentiate the forward pass here (stop_gradient, integer ops) and
+    native evidence is set aside. Otherwise the gradient is compared element
+    by element where affordable, since a projection can miss a difference in
+    a few elements.
+    """
+    name = judged.source.name
+    unavailable = replace(native, verdict=Evidence.UNAVAILABLE)
+    if numeric.native_projections is Evidence.DISAGREES:
+        note = (
+            f"native autodiff of {name} disagrees with finite differences (the forward pass is not "
+            "differentiable by TensorFlow, e.g. stop_gradient or integer ops); the custom gradient "
+            "agrees with finite differences"
+        )
+        return unavailable, numeric, (note,)
+    if judged.source.size > LOCALISE_MAX_ELEMENTS:
+        return native, numeric, ()
+    whole = _element_wise(judging, judged, numeric, tol)
+    if whole.verdict is not Evidence.AGREES:
+        return native, replace(whole, notes=()), whole.notes
+    note = (
+        f"native autodiff of {name} differs from the custom gradient, but finite differences "
+        "agree with the custom gradient element by element"
+    )
+    return unavailable, replace(whole, notes=()), whole.notes + (note,)
+
+
+def _element_wise(judging: Judging, judged: Judged, numeric: NumericEvidence, tol: Tolerance) -> NumericEvidence:
+    whole = full_evidence(judging, judged, tol)
+    return replace(whole, projections=numeric.projections, native_projections=numeric.native_projections)
+
+
+def localise_fast_failure(
+    judging: Judging, judged: Judged, numeric: NumericEvidence, tol: Tolerance
+) -> tuple[NumericEvidence, tuple[str, ...]]:
+    """A failed projection, checked element by element where affordable (fast mode), with its notes.
+
+    The element-wise check is the finer one: where it passes, the projection
+    met a kink and the evidence becomes inconclusive (a redraw decides);
+    where it fails, the report gives the elements and the worst one.
+    """
+    if judged.source.size > LOCALISE_MAX_ELEMENTS:
+        return numeric, ()
+    whole = _element_wise(judging, judged, numeric, tol)
+    verdict = Evidence.INCONCLUSIVE if whole.verdict is Evidence.AGREES else Evidence.DISAGREES
+    return replace(whole, verdict=verdict, notes=()), whole.notes
+
+
+# -- problems --------------------------------------------------------------------
+
+
+def _fmt_index(index: tuple[int, ...] | None) -> str:
+    return "[" + ", ".join(map(str, index)) + "]" if index is not None else "?"
+
+
+def native_problem(judged: Judged, native: NativeEvidence) -> Problem:
+    """The custom gradient differs from native autodiff, element-wise."""
+    result, gradient = native.comparison, native.gradient
+    assert result is not None and gradient is not None
+    return Problem(
+        "native",
+        judged.source.name,
+        f"the {judged.what} differs from native autodiff at {result.mismatched} of {result.total} "
+        f"elements (max abs error {result.max_abs_error:.3g} at {_fmt_index(result.worst_index)})",
+        execution=judged.execution,
+        max_abs_error=result.max_abs_error,
+        max_rel_error=result.max_rel_error,
+        worst_index=result.worst_index,
+        heatmap=heat_map(judged.got, np.nan_to_num(gradient)),
+        order=judged.order,
+    )
+
+
+def numeric_problem(judged: Judged, numeric: NumericEvidence, localiser: np.ndarray | None) -> Problem:
+    """The custom gradient differs from finite differences: element-wise, or along a direction.
+
+    A projection locates nothing; ``localiser`` (native autodiff, where it
+    agrees with the projections) gives the worst element.
+    """
+    name, what, got = judged.source.name, judged.what, judged.got
+    result = numeric.comparison
+    if numeric.gradient is not None and result is not None:
+        return Problem(
+            "numeric",
+            name,
+            f"the {what} differs from finite differences at {result.mismatched} of "
+            f"{result.total} elements (max abs error {result.max_abs_error:.3g} at "
+            f"{_fmt_index(result.worst_index)})",
+            execution=judged.execution,
+            max_abs_error=result.max_abs_error,
+            max_rel_error=result.max_rel_error,
+            worst_index=result.worst_index,
+            heatmap=heat_map(got, numeric.gradient),
+            order=judged.order,
+        )
+    failing = [p for p in numeric.projections if p.conclusive and not p.ok] or list(numeric.projections)
+    worst = max(failing, key=lambda p: p.abs_error)
+    located = compare_elementwise(got, localiser, Tolerance(0.0, 0.0)) if localiser is not None else None
+    return Problem(
+        "numeric",
+        name,
+        f"the {what} differs from finite differences along a random direction: "
+        f"<gradient, u> = {worst.projected:.6g}, finite differences give {worst.estimate:.6g}",
+        execution=judged.execution,
+        max_abs_error=worst.abs_error,
+        max_rel_error=worst.rel_error,
+        worst_index=located.worst_index if located is not None else None,
+        order=judged.order,
+    )
+
+
+def _unreliable_problem(judged: Judged) -> Problem:
+    return Problem(
+        "numeric",
+        judged.source.name,
+        f"finite differences were unreliable for the {judged.what} at every draw (a kink or jump "
+        "within the step) and no other reference was usable",
+        execution=judged.execution,
+        hint='check with reference = "native", or draw inputs away from the kink',
+        order=judged.order,
+    )
+
+
+_KINK_HINT = (
+    "the custom gradient agrees with native autodiff but not with finite differences at any draw: is the "
+    "forward pass differentiable (kinks, stop_gradient, rounding)?"
+)
+
+
+def _non_finite(judged: Judged, notes: list[str]) -> Verdict:
+    got = judged.got
+    bad = np.argwhere(~np.isfinite(got))
+    index = tuple(int(i) for i in bad[0]) if got.ndim else ()
+    problem = Problem(
+        "finite",
+        judged.source.name,
+        f"the {judged.what} has NaN or Inf at {len(bad)} of {got.size} elements where the forward output is finite",
+        execution=judged.execution,
+        worst_index=index,
+        hint="a division by zero, log of zero, or an overflowing exp in the backward function?",
+        order=judged.order,
+    )
+    return Verdict(final=True, problems=[problem], notes=notes)
+
+
+# -- one gradient ----------------------------------------------------------------
+
+
+def custom_gradient(source: Source, custom: Outcome, order: int) -> tuple[np.ndarray, list[str]]:
+    """The custom gradient of ``source`` as judged (None compared as zeros, with a note saying so)."""
+    name = source.name
+    raw = custom.grads.get(name) if custom.grads else None
+    notes = []
+    if raw is None:
+        notes.append(
+            f"the backward function returned None for {name}: compared as zeros"
+            if order == 1
+            else f"the gradient of {name} does not depend on the inputs through TF ops (None): compared as zeros"
+        )
+        raw = np.zeros(source.shape)
+    return (symmetrize(raw) if source.symmetric else raw), notes
+
+
+def gather_evidence(
+    judging: Judging, judged: Judged, native_outcome: Outcome | None
+) -> tuple[NativeEvidence, NumericEvidence, list[str]]:
+    """Native and numeric evidence about one gradient, refined in fast mode, with their notes in order."""
+    source, settings = judged.source, judging.settings
+    tol_native = tolerance(source.dtype, "native", settings.rtol, settings.atol)
+    tol_numeric = tolerance(source.dtype, "numeric", settings.rtol, settings.atol)
+    native = native_evidence(judged, native_outcome, tol_native)
+    numeric, fallback = numeric_evidence(judging, judged, native, tol_numeric)
+    notes = [*native.notes, *fallback, *numeric.notes]
+    numeric = replace(numeric, notes=())
+    refined: tuple[str, ...] = ()
+    if settings.mode == "fast":
+        if numeric.verdict is Evidence.AGREES and native.verdict is Evidence.DISAGREES:
+            native, numeric, refined = settle_native_disagreement(judging, judged, native, numeric, tol_numeric)
+        elif numeric.verdict is Evidence.DISAGREES:
+            numeric, refined = localise_fast_failure(judging, judged, numeric, tol_numeric)
+    return native, numeric, notes + list(refined)
+
+
+def judge(judging: Judging, judged: Judged, native_outcome: Outcome | None, notes: list[str]) -> Verdict:
+    """The verdict on one finite custom gradient at one draw: gather the evidence, then reconcile it."""
+    native, numeric, found = gather_evidence(judging, judged, native_outcome)
+    notes = notes + found
+    problems: list[Problem] = []
+    expected = None
+    if native.verdict is Evidence.DISAGREES:
+        problems.append(native_problem(judged, native))
+        expected = native.gradient
+    if numeric.verdict is Evidence.DISAGREES:
+        native_located = numeric.native_projections is Evidence.AGREES
+        problems.append(numeric_problem(judged, numeric, native.gradient if native_located else None))
+        if numeric.gradient is not None:
+            expected = numeric.gradient
+        elif native_located:
+            expected = native.gradient
+    decision = reconcile(native.verdict, numeric.verdict, last_draw=judged.draw + 1 >= MAX_DRAWS)
+    if decision is Reconciled.REDRAW:
+        return Verdict(final=False, problems=problems, notes=notes)
+    if decision is Reconciled.NATIVE_VOUCHES:
+        notes.append(
+            f"finite differences were unreliable for {judged.source.name} at every draw (a kink or jump "
+            "near the inputs); native autodiff agrees with the custom gradient"
+        )
+        return Verdict(final=True, problems=problems, notes=notes)
+    if decision is Reconciled.UNRELIABLE:
+        problems.append(_unreliable_problem(judged))
+    if decision is Reconciled.KINK:
+        problems = [replace(p, hint=_KINK_HINT) if p.check == "numeric" else p for p in problems]
+    if judging.settings.reference == "native" and native.gradient is None and native_outcome is not None:
+        problems.append(
+            Problem(
+                "native",
+                judged.source.name,
+                f"native autodiff gives no finite {judged.what} to compare with",
+                execution=judged.execution,
+                hint='use reference = "numeric" or "both"',
+                order=judged.order,
+            )
+        )
+    return Verdict(final=True, problems=problems, notes=notes, custom=judged.got, expected=expected)
+
+
+def judge_source(
+    judging: Judging,
+    source: Source,
+    draw: int,
+    values: dict[str, Any],
+    custom: Outcome,
+    native: Outcome | None,
+    losses: BatchedLoss,
+    order: int,
+) -> Verdict:
+    """The verdict on one source's gradient at one draw (a non-finite custom gradient needs no reference)."""
+    got, notes = custom_gradient(source, custom, order)
+    judged = Judged(source, draw, values, got, losses, custom.execution, order)
+    if not np.all(np.isfinite(got)):
+        return _non_finite(judged, notes)
+    return judge(judging, judged, native, notes)
+
+
+# -- every gradient --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The verdicts on every source, the problems they found (before hints), and notes."""
+
+    verdicts: dict[str, Verdict]
+    problems: list[Problem]
+    notes: list[str]
+    """Notes about the run as a whole."""
+    verdict_notes: list[str]
+    """The verdicts' notes, in source order (the same note may come from several)."""
+
+
+def value_checks(
+    judging: Judging,
+    harness: Harness,
+    reference_harness: Harness,
+    draws: Callable[[int], tuple[dict[str, Any], list[np.ndarray]]],
+    primary: Outcome,
+    skip: set[str],
+    describe: Callable[[BaseException], str],
+) -> Judgement:
+    """Judge each source's gradient against the references, redrawing where only finite differences disagree."""
+    pending = [s for s in harness.sources if s.name not in skip]
+    verdicts: dict[str, Verdict] = {}
+    redrawn: set[str] = set()
+    notes: list[str] = []
+    for index in range(MAX_DRAWS):
+        if not pending:
+            break
+        values, upstreams = draws(index)
+        custom = primary if index == 0 else harness.custom(values, upstreams, primary.execution)
+        if not custom.ok:
+            break
+        native = None
+        if judging.settings.reference in ("both", "native"):
+            native = reference_harness.native(values, upstreams)
+            if not native.ok and index == 0:
+                notes.append(
+                    f"native autodiff of the forward pass raised ({describe(native.error)}); "  # type: ignore[arg-type]
+                    "finite differences decide"
+                )
+        losses = reference_harness.losses(values, upstreams)
+        still = []
+        for source in pending:
+            verdicts[source.name] = judge_source(judging, source, index, values, custom, native, losses, 1)
+            if not verdicts[source.name].final:
+                still.append(source)
+        redrawn.update(s.name for s in still)
+        pending = still
+    if redrawn & {name for name, v in verdicts.items() if not v.problems}:
+        notes.append(
+            "finite differences disagreed at the first draw but not on a fresh one "
+            "(a kink within the step); passed on redraw"
+        )
+    ordered = [verdicts[s.name] for s in harness.sources if s.name in verdicts]
+    problems = [p for v in ordered for p in v.problems]
+    return Judgement(verdicts, problems, notes, [n for v in ordered for n in v.notes])
+
+
+def second_order_checks(
+    judging: Judging,
+    harness: Harness,
+    reference_harness: Harness,
+    values: dict[str, Any],
+    upstreams: list[np.ndarray],
+    skip: set[str],
+    describe: Callable[[BaseException], str],
+) -> Judgement:
+    """The gradient of the custom gradient against finite differences of the gradient (and native)."""
+    sources = [s for s in harness.sources if s.name not in skip]
+    rng = subject_rng(judging.settings.seed, judging.subject_name + ":second-order", 0)
+    weights = {s.name: rng.standard_normal(size=s.shape) for s in sources}
+    custom = harness.second_order(values, upstreams, weights, "custom")
+    if not custom.ok:
+        problem = Problem(
+            "numeric",
+            None,
+            "second order: the gradient of the custom gradient could not be computed: " + describe(custom.error),  # type: ignore[arg-type]
+            execution="eager",
+            hint="the backward function must be built from differentiable TensorFlow ops "
+            "(or carry a @tf.custom_gradient of its own)",
+            order=2,
+        )
+        return Judgement({}, [problem], [], [])
+    native = None
+    if judging.settings.reference in ("both", "native"):
+        native = reference_harness.second_order(values, upstreams, weights, "native")
+    losses = one_at_a_time(lambda moved: reference_harness.first_order_loss(moved, upstreams, weights), values)
+    verdicts = {s.name: judge_source(judging, s, 0, values, custom, native, losses, 2) for s in sources}
+    problems = [p for v in verdicts.values() for p in v.problems]
+    return Judgement(verdicts, problems, [], [n for v in verdicts.values() for n in v.notes])
