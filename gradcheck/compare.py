@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -68,6 +69,14 @@ class Comparison:
     """How many elements are out of tolerance."""
     total: int
     """How many elements were compared."""
+
+    def errors(self) -> dict[str, Any]:
+        """The largest errors and where, as a :class:`Problem` records them."""
+        return {
+            "max_abs_error": self.max_abs_error,
+            "max_rel_error": self.max_rel_error,
+            "worst_index": self.worst_index,
+        }
 
 
 def compare_elementwise(

@@ -470,9 +470,7 @@ def compare_executions(
                     f"eager and tf.function give different gradients of {source.name} "
                     f"(max abs difference {result.max_abs_error:.3g})",
                     execution=second.execution,
-                    max_abs_error=result.max_abs_error,
-                    max_rel_error=result.max_rel_error,
-                    worst_index=result.worst_index,
+                    **result.errors(),
                     hint="the backward function depends on Python state or randomness that "
                     "tf.function freezes at trace time",
                 )

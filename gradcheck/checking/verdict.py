@@ -408,9 +408,7 @@ def native_problem(judged: Judged, native: NativeEvidence) -> Problem:
         f"the {judged.what} differs from native autodiff at {result.mismatched} of {result.total} "
         f"elements (max abs error {result.max_abs_error:.3g} at {_fmt_index(result.worst_index)})",
         execution=judged.execution,
-        max_abs_error=result.max_abs_error,
-        max_rel_error=result.max_rel_error,
-        worst_index=result.worst_index,
+        **result.errors(),
         heatmap=heat_map(judged.got, np.nan_to_num(gradient)),
         order=judged.order,
     )
@@ -432,9 +430,7 @@ def numeric_problem(judged: Judged, numeric: NumericEvidence, localiser: np.ndar
             f"{result.total} elements (max abs error {result.max_abs_error:.3g} at "
             f"{_fmt_index(result.worst_index)})",
             execution=judged.execution,
-            max_abs_error=result.max_abs_error,
-            max_rel_error=result.max_rel_error,
-            worst_index=result.worst_index,
+            **result.errors(),
             heatmap=heat_map(got, numeric.gradient),
             order=judged.order,
         )
