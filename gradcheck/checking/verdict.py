@@ -525,7 +525,18 @@ def gather_evidence(
 def judge(judging: Judging, judged: Judged, native_outcome: Outcome | None, notes: list[str]) -> Verdict:
     """The verdict on one finite custom gradient at one draw: gather the evidence, then reconcile it."""
     native, numeric, found = gather_evidence(judging, judged, native_outcome)
-    notes = notes + found
+    return decide(judging, judged, native, numeric, notes + found, native_ran=native_outcome is not None)
+
+
+def decide(
+    judging: Judging,
+    judged: Judged,
+    native: NativeEvidence,
+    numeric: NumericEvidence,
+    notes: list[str],
+    native_ran: bool,
+) -> Verdict:
+    """The problems the evidence shows, and what :func:`reconcile` makes of them."""
     problems: list[Problem] = []
     expected = None
     if native.verdict is Evidence.DISAGREES:
@@ -551,7 +562,7 @@ def judge(judging: Judging, judged: Judged, native_outcome: Outcome | None, note
         problems.append(_unreliable_problem(judged))
     if decision is Reconciled.KINK:
         problems = [replace(p, hint=_KINK_HINT) if p.check == "numeric" else p for p in problems]
-    if judging.settings.reference == "native" and native.gradient is None and native_outcome is not None:
+    if judging.settings.reference == "native" and native.gradient is None and native_ran:
         problems.append(
             Problem(
                 "native",

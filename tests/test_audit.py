@@ -1,0 +1,104 @@
+"""The audit as pure functions: hand-built records in, problems (and what later stages need) out. No TensorFlow."""
+
+from __future__ import annotations
+
+from gradcheck.checking import audit
+from gradcheck.inputs import Argument, CallPlan, TensorSpec
+from gradcheck.numerics import BackwardRecord, Outcome, ReturnedGradient
+
+PLAN = CallPlan(
+    (
+        Argument("x", "input", TensorSpec((4, 3), "float64")),
+        Argument("w", "input", TensorSpec((3,), "float64")),
+        Argument("axis", "constant", value=1, has_default=True),
+    )
+)
+SUBJECT = audit.Audited(name="op", kind="function", path=None, plan=PLAN)
+
+
+def tensor(shape: tuple[int, ...], dtype: str = "float64") -> ReturnedGradient:
+    return ReturnedGradient("tensor", shape, dtype, "Tensor")
+
+
+NONE = ReturnedGradient("none", None, None, "NoneType")
+
+
+def record(*returned: ReturnedGradient, calls: int = 1) -> BackwardRecord:
+    return BackwardRecord(function="op", calls=calls, returned=list(returned), phase="backward-done")
+
+
+def test_a_right_return_has_no_problems() -> None:
+    found = audit.audit(SUBJECT, Outcome("eager", [record(tensor((4, 3)), tensor((3,)), NONE)], grads={}))
+    assert found.problems == [] and found.not_tensors == frozenset()
+
+
+def test_count_asks_for_none_for_the_constant() -> None:
+    [problem] = audit.audit_returned(SUBJECT, record(tensor((4, 3)), tensor((3,)))).problems
+    assert (problem.check, problem.expected, problem.got) == ("count", "3", "2")
+    assert problem.hint == "return None for the constant axis too"
+
+
+def test_a_missing_sum_over_a_broadcast_axis_is_a_shape_problem_with_its_hint() -> None:
+    [problem] = audit.audit_returned(SUBJECT, record(tensor((4, 3)), tensor((4, 3)), NONE)).problems
+    assert (problem.check, problem.input, problem.expected, problem.got) == ("shape", "w", "(3,)", "(4, 3)")
+    assert "broadcast axis 0" in (problem.hint or "")
+
+
+def test_dtype_and_a_gradient_for_the_constant() -> None:
+    found = audit.audit_returned(SUBJECT, record(tensor((4, 3), "float32"), tensor((3,)), tensor(())))
+    assert [(p.check, p.input) for p in found.problems] == [("dtype", "x"), ("count", "axis")]
+
+
+def test_a_gradient_that_is_no_tensor_is_returned_for_value_checks_to_skip() -> None:
+    other = ReturnedGradient("other", None, None, "str")
+    found = audit.audit_returned(SUBJECT, record(other, tensor((3,)), NONE))
+    assert found.not_tensors == frozenset({"x"})
+    assert [(p.check, p.input) for p in found.problems] == [("dtype", "x")]
+
+
+def test_a_backward_function_never_called_means_native_autodiff_ran() -> None:
+    [problem] = audit.grad_fn_called(PLAN, [record(calls=0)])
+    assert problem.got == "backward not called" and problem.expected == "3 gradients"
+    assert audit.grad_fn_called(PLAN, [record()]) == []
+    wrapper = audit.Audited(name="op", kind="function", path=None, plan=PLAN, wrapper=True)
+    assert audit.audit(wrapper, Outcome("eager", [], grads={})).problems == []
+
+
+def test_keyword_tensors_are_problems() -> None:
+    plan = CallPlan((Argument("x", "input", TensorSpec((3,), "float64"), keyword=True),))
+    [problem] = audit.keyword_problems(plan)
+    assert (problem.check, problem.input, problem.got) == ("count", "x", "keyword argument")
+
+
+def test_merge_keeps_common_problems_once_and_tags_the_others() -> None:
+    [common] = audit.audit_returned(SUBJECT, record(tensor((4, 3)), tensor((3,)))).problems
+    [shape] = audit.audit_returned(SUBJECT, record(tensor((4, 3)), tensor((4, 3)), NONE)).problems
+    merged = audit.merge_audits(PLAN, {"eager": [common, shape], "function": [common]})
+    assert [(p.check, p.execution) for p in merged] == [("count", None), ("shape", "eager")]
+
+
+def test_a_raise_in_one_mode_only_is_an_execution_problem_with_its_cause() -> None:
+    plan = CallPlan((Argument("x", "input", TensorSpec((3,), "float64")), Argument("n", "constant", value=2)))
+    from gradcheck.results import Problem
+
+    raised = Problem("exception", None, "backward function raised: TypeError: bad")
+    [problem] = audit.merge_audits(plan, {"eager": [], "function": [raised]})
+    assert problem.check == "execution" and problem.execution == "function"
+    assert "n=2 (becomes an int32 tensor)" in (problem.hint or "")
+
+
+def test_variable_gradients_of_each_others_shape_are_named() -> None:
+    class Variable:
+        def __init__(self, name: str, shape: tuple[int, ...]) -> None:
+            self.name = name
+            self.shape = type("Shape", (), {"as_list": lambda _: list(shape)})()
+            self.dtype = type("DType", (), {"name": "float64"})()
+
+    a, b = Variable("a", (2, 3)), Variable("b", (3,))
+    rec = BackwardRecord(variables=[a, b], variable_returned=[tensor((3,)), tensor((2, 3))])
+    problems = audit.audit_variables(lambda v: v.name, rec)
+    assert [(p.check, p.input) for p in problems] == [("variables", "a"), ("variables", "b")]
+    assert "shape of b" in (problems[0].hint or "")
+    rec = BackwardRecord(variables=[a, b], variable_returned=[tensor((2, 3))])
+    [problem] = audit.audit_variables(lambda v: v.name, rec)
+    assert (problem.expected, problem.got) == ("2", "1")
