@@ -46,9 +46,9 @@ _NUMERIC = {
 NOISE_FLOOR = 0.1
 
 
-def tolerance(dtype: str, reference: str, rtol: float | None = None, atol: float | None = None) -> Tolerance:
+def tolerance(dtype: str, against: str, rtol: float | None = None, atol: float | None = None) -> Tolerance:
     """The tolerance for comparing a ``dtype`` gradient with ``native`` or ``numeric``."""
-    table = _NATIVE if reference == "native" else _NUMERIC
+    table = _NATIVE if against == "native" else _NUMERIC
     base = table.get(dtype, table["float32"])
     return Tolerance(rtol=base.rtol if rtol is None else rtol, atol=base.atol if atol is None else atol)
 
@@ -167,17 +167,17 @@ def compare_projection(
     )
 
 
-def heat_map(custom: np.ndarray, reference: np.ndarray) -> HeatMap | None:
+def heat_map(custom: np.ndarray, expected: np.ndarray) -> HeatMap | None:
     """The values of a value problem reduced to at most two axes, for pictures.
 
     Higher ranks keep their two largest axes, with the largest difference
     over the others, so a wrong gradient in any slice still shows.
     """
     custom = np.asarray(custom, dtype=np.float64)
-    reference = np.asarray(reference, dtype=np.float64)
-    if custom.shape != reference.shape or custom.ndim == 0:
+    expected = np.asarray(expected, dtype=np.float64)
+    if custom.shape != expected.shape or custom.ndim == 0:
         return None
-    difference = np.abs(custom - reference)
+    difference = np.abs(custom - expected)
     axes = tuple(range(custom.ndim))
     if custom.ndim > 2:
         axes = tuple(sorted(sorted(axes, key=lambda a: -custom.shape[a])[:2]))
@@ -185,13 +185,13 @@ def heat_map(custom: np.ndarray, reference: np.ndarray) -> HeatMap | None:
         picked = np.argmax(difference, axis=None)
         index = np.unravel_index(picked, custom.shape)
         slicer = tuple(slice(None) if a in axes else index[a] for a in range(custom.ndim))
-        custom_view, reference_view = custom[slicer], reference[slicer]
+        custom_view, expected_view = custom[slicer], expected[slicer]
         difference_view = np.max(difference, axis=others)
     else:
-        custom_view, reference_view, difference_view = custom, reference, difference
+        custom_view, expected_view, difference_view = custom, expected, difference
     return HeatMap(
         custom=np.nan_to_num(custom_view).tolist(),
-        reference=np.nan_to_num(reference_view).tolist(),
+        reference=np.nan_to_num(expected_view).tolist(),
         difference=np.nan_to_num(difference_view).tolist(),
         axes=axes,
     )

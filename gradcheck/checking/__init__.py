@@ -335,7 +335,7 @@ def _judging(request: CheckRequest, prepared: _Prepared, wide: Harness) -> verdi
         subject_name=request.subject.name,
         wide=wide is not prepared.harness,
         output_size=output_size,
-        batching=dict(wide.batching),
+        batching=wide.batching,  # the live mapping: the harness learns each strategy as it first perturbs
         projections=verdict.PROJECTIONS,
     )
 

@@ -163,7 +163,7 @@ def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: R
             hint = swaps.get(name)  # type: ignore[arg-type]
             if hint is None:
                 if ones is None:
-                    ones = ones_reference(rerun)
+                    ones = native_with_ones_upstream(rerun)
                 hint = value_hint(customs[name], expected[name], ones.get(name))  # type: ignore[index,arg-type]
             if hint is None and problem.order == 1:
                 hint = upstream_hint(rerun, name, customs[name])  # type: ignore[index,arg-type]
@@ -240,7 +240,7 @@ def transposed_operand_hint(rerun: Rerun, name: str, expected: np.ndarray) -> st
     return None
 
 
-def ones_reference(rerun: Rerun) -> dict[str, np.ndarray]:
+def native_with_ones_upstream(rerun: Rerun) -> dict[str, np.ndarray]:
     """Native gradients for an all-ones upstream, to recognise an ignored dy."""
     outcome = rerun.reference_harness.native(rerun.values, [np.ones_like(u) for u in rerun.upstreams])
     if not outcome.ok or outcome.grads is None:

@@ -134,7 +134,7 @@ class Judging:
     output_size: int
     """Elements over all outputs, for the Jacobian's size."""
     batching: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    """How the reference harness evaluates each source's perturbations, and why."""
+    """How the reference harness evaluated each source's perturbations, and why (filled in as it first perturbs)."""
     projections: int = PROJECTIONS
     """Random directions per input and draw in fast mode."""
 
