@@ -357,6 +357,12 @@ def _console(color: str, stderr: bool = False) -> Any:
     help="Statuses that fail the run: failed, error, skipped (default: failed,error).",
 )
 @click.option("--maxfail", type=click.IntRange(min=1), metavar="N", help="Stop after N failures.")
+@click.option("--shard", metavar="K/N", help="Check only shard K of N (split by a stable hash of the function id).")
+@click.option(
+    "--changed-since",
+    metavar="REF",
+    help="Check only functions whose module, or a project module it imports, changed since git REF.",
+)
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0),
@@ -400,6 +406,8 @@ def run(
     strict: bool | None,
     fail_on: tuple[str, ...] | None,
     maxfail: int | None,
+    shard: str | None,
+    changed_since: str | None,
     timeout: float | None,
     max_memory: int | None,
     device: str | None,
@@ -439,13 +447,39 @@ def run(
         fail_on=fail_on or configured.get("fail_on"),
         maxfail=maxfail if maxfail is not None else configured.get("maxfail"),
         max_memory=max_memory if max_memory is not None else configured.get("max_memory"),
+        **_selection_options(shard, changed_since),
     )
     if not _tf.tensorflow_available():
         raise _tf.TensorFlowMissing()
     import_timeout = timeout if timeout is not None else configured.get("timeout", DEFAULT_TIMEOUT)
     report = _run_with_progress(options, color, verbose > 0, import_timeout)
     _emit(report, reports, verbose - quiet, color)
+    if not report.results and not report.interrupted:
+        _explain_empty_selection(options, shard, changed_since)
     return report.exit_code
+
+
+def _selection_options(shard: str | None, changed_since: str | None) -> dict[str, Any]:
+    """RunOptions fields for --shard and --changed-since; bad values are a UsageError (before TensorFlow)."""
+    from gradcheck import selection
+
+    fields: dict[str, Any] = {}
+    if shard is not None:
+        fields["shard"] = selection.parse_shard(shard)
+    if changed_since is not None:
+        fields["changed"] = selection.changed_files(changed_since)
+        fields["changed_root"] = selection.git_root()
+    return fields
+
+
+def _explain_empty_selection(options: Any, shard: str | None, changed_since: str | None) -> None:
+    """Say why a run with --shard or --changed-since checked nothing (it exits 5, as an empty run)."""
+    if options.changed is not None and not options.changed:
+        click.echo(f"nothing to check: nothing changed since {changed_since}", err=True)
+    elif changed_since is not None:
+        click.echo(f"nothing to check: no function depends on what changed since {changed_since}", err=True)
+    elif shard is not None:
+        click.echo(f"nothing to check: shard {shard} is empty", err=True)
 
 
 def _refuse_conflicts(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gradcheck import _tf, state
+from gradcheck import _tf, selection, state
 from gradcheck.checking import CheckRequest, check_subject
 from gradcheck.config import (
     Config,
@@ -60,6 +60,12 @@ class RunOptions:
     """``--maxfail``: stop after this many results whose status is in ``fail_on``."""
     max_memory: int | None = None
     """``--max-memory``: megabytes the worker process may hold; None: the default, 0: no limit."""
+    shard: tuple[int, int] | None = None
+    """``--shard K/N``: keep only the functions in shard K of N (see :mod:`gradcheck.selection`)."""
+    changed: frozenset[Path] | None = None
+    """``--changed-since``: the changed files; keep only functions whose module is or imports one."""
+    changed_root: Path | None = None
+    """The git repository those files are in; imports are followed inside it only."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,11 @@ def collect(
         _check_config_names(config, found_by_config.get(path, []))
     if options.keyword:
         planned = [p for p in planned if options.keyword in p.subject.id]
+    if options.changed is not None and options.changed_root is not None:
+        chosen = selection.affected({Path(p.subject.path) for p in planned}, options.changed, options.changed_root)
+        planned = [p for p in planned if Path(p.subject.path).resolve() in chosen]
+    if options.shard is not None:
+        planned = [p for p in planned if selection.in_shard(p.subject.id, options.shard)]
     return planned
 
 

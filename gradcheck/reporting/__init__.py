@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from gradcheck.results import RunReport
 
-FORMATS = ("text", "json", "junit", "github", "html")
+FORMATS = ("text", "json", "junit", "github", "html", "sarif")
 """The report formats, as ``--format`` takes them."""
 
 #: The module that renders each format; one entry per name in FORMATS.
@@ -23,10 +23,11 @@ _MODULES = {
     "junit": "gradcheck.reporting.junit",
     "github": "gradcheck.reporting.github",
     "html": "gradcheck.reporting.html",
+    "sarif": "gradcheck.reporting.sarif",
 }
 
 #: Formats that are a document for machines: on standard output, nothing else may go there.
-MACHINE_FORMATS = ("json", "junit", "github")
+MACHINE_FORMATS = ("json", "junit", "github", "sarif")
 
 
 @dataclass(frozen=True)
