@@ -429,8 +429,21 @@ def read_config_file(path: Path, extra_dims: Mapping[str, int] | None = None) ->
     return parse_config(document, path, extra_dims)
 
 
+PROJECT_ROOT_MARKERS = (".git", "setup.cfg")
+"""Entries that mark a project's root folder, where the config search stops.
+
+A ``pyproject.toml`` without ``[tool.gradcheck]`` does not stop it yet: tests/test_config.py
+still expects the search to pass such a file (see issue 11, item 9).
+"""
+
+
 def find_config_file(start: Path) -> Path | None:
-    """The nearest ``gradcheck.toml``, or ``pyproject.toml`` with ``[tool.gradcheck]``."""
+    """The nearest ``gradcheck.toml``, or ``pyproject.toml`` with ``[tool.gradcheck]``.
+
+    The search stops at the project root, the first folder holding ``.git`` or
+    ``setup.cfg`` (as pytest and ruff do), so a config file in
+    a shared folder above the project, such as ``/tmp``, never applies.
+    """
     directory = start if start.is_dir() else start.parent
     directory = directory.resolve()
     for folder in (directory, *directory.parents):
@@ -440,6 +453,8 @@ def find_config_file(start: Path) -> Path | None:
         pyproject = folder / "pyproject.toml"
         if pyproject.is_file() and _has_tool_table(pyproject):
             return pyproject
+        if any((folder / marker).exists() for marker in PROJECT_ROOT_MARKERS):
+            return None
     return None
 
 

@@ -7,6 +7,7 @@ in this module prints. Progress reaches the caller through ``on_result``.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -199,7 +200,8 @@ def reproduce_command(subject: Subject, settings: Settings, options: RunOptions)
         parts += ["--dim", f"{name}={size}"]
     for name, shape in options.shapes.items():
         parts += ["--shape", f"{name}={','.join(map(str, shape))}"]
-    return " ".join(parts)
+    # Paths and names come from the user: quote each word so the line reproduces as shown.
+    return shlex.join(parts)
 
 
 def request_for(planned: PlannedCheck, options: RunOptions) -> CheckRequest:
