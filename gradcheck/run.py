@@ -11,8 +11,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from gradcheck.results import VERSION, Result, RunReport
+
+
+class Plan(Protocol):
+    """What a run's plan tells the loop: the seed for the report, and the statuses that fail the run."""
+
+    seed: int
+    fail_on: tuple[str, ...]
 
 
 class Abandoned(Exception):
@@ -29,9 +37,7 @@ class Abandoned(Exception):
 def check_all(
     ids: Sequence[str],
     check: Callable[[int], Result],
-    *,
-    seed: int,
-    fail_on: tuple[str, ...],
+    plan: Plan,
     maxfail: int | None,
     started: float,
     on_start: Callable[[str, int, int], None] | None = None,
@@ -40,7 +46,7 @@ def check_all(
     """Check the function at each index of ``ids`` with ``check``, in order, and make the report.
 
     With ``maxfail`` the run stops once that many results have a status in
-    ``fail_on`` (as pytest's ``--maxfail``); Ctrl-C stops it too, with the
+    ``plan.fail_on`` (as pytest's ``--maxfail``); Ctrl-C stops it too, with the
     results so far and ``interrupted`` set. What was not checked is listed in
     the report's ``not_checked``. ``started`` is the run's start
     (``time.perf_counter()``), collection included.
@@ -60,18 +66,18 @@ def check_all(
                 results.extend(abandoned.results)
                 break
             results.append(result)
-            failures += result.status in fail_on
+            failures += result.status in plan.fail_on
             if on_result is not None:
                 on_result(result, index, len(ids))
     except KeyboardInterrupt:
         interrupted = True
     return RunReport(
         results=tuple(results),
-        seed=seed,
+        seed=plan.seed,
         seconds=time.perf_counter() - started,
         interrupted=interrupted,
         version=VERSION,
-        fail_on=fail_on,
+        fail_on=plan.fail_on,
         maxfail=maxfail,
         not_checked=tuple(ids[len(results) :]),
     )

@@ -435,15 +435,9 @@ def run(
     """
     started = time.perf_counter()
     plan = plan_run(options)
+    ids = [request.subject.id for request in plan.requests]
     return check_all(
-        [request.subject.id for request in plan.requests],
-        lambda index: check_one(plan.requests[index]),
-        seed=plan.seed,
-        fail_on=plan.fail_on,
-        maxfail=options.maxfail,
-        started=started,
-        on_start=on_start,
-        on_result=on_result,
+        ids, lambda index: check_one(plan.requests[index]), plan, options.maxfail, started, on_start, on_result
     )
 
 

@@ -603,16 +603,8 @@ def run(
     runner.functions = list(planned.functions)
     runner.positions = {function.id: index for index, function in enumerate(runner.functions)}
     try:
-        report = check_all(
-            [function.id for function in runner.functions],
-            runner.check,
-            seed=planned.seed,
-            fail_on=planned.fail_on,
-            maxfail=options.maxfail,
-            started=start,
-            on_start=on_start,
-            on_result=on_result,
-        )
+        ids = [function.id for function in runner.functions]
+        report = check_all(ids, runner.check, planned, options.maxfail, start, on_start, on_result)
     except BaseException:
         runner.discard_worker()
         raise
