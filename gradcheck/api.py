@@ -42,12 +42,9 @@ def check(
     from ``dims`` may stand for sizes. Without ``inputs``, small shapes are
     guessed. ``init`` holds the constructor arguments of a layer class (a
     layer instance is checked as it is, its weights restored afterwards).
-    The other keyword arguments are the config's settings (``reference``,
-    ``mode``, ``dtype``, ``seed``, ``atol``, ``rtol``, ``eps``,
-    ``projections``, ``execution``, ``shape_only``, ``order``, ``device``:
-    the rows of :data:`gradcheck.settings.TABLE` marked ``keyword``), checked
-    as the config's are; ``device`` is ``cpu``, ``gpu`` or ``auto`` as for
-    ``--device``.
+    The other keyword arguments are the config's settings, checked as the
+    config's are: the rows of :data:`gradcheck.settings.TABLE` marked
+    ``keyword``, listed at the end of this docstring.
 
     The check runs in this process, without ``gradcheck run``'s timeout and
     memory bound; the caller's global state (random states, TensorFlow's
@@ -92,6 +89,13 @@ def _signature() -> inspect.Signature:
 
 
 check.__signature__ = _signature()  # type: ignore[attr-defined]
+check.__doc__ = (
+    (check.__doc__ or "")
+    + "\n    Settings keywords:\n\n"
+    + "".join(
+        f"    - ``{setting.name}`` (default {setting.default!r}): {setting.help}\n" for setting in KEYWORD_SETTINGS
+    )
+)
 
 
 def assert_gradients(fn: Any, inputs: Mapping[str, Any] | None = None, **settings: Any) -> Result:
