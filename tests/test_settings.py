@@ -15,30 +15,14 @@ import gradcheck
 from gradcheck import settings as table
 from gradcheck.config import Config, merged_settings, parse_config
 from gradcheck.errors import ConfigError, UsageError
-from tests.helpers import by_name, invoke, load_copy, write
-
-WRONG = """
-    import tensorflow as tf
-
-    @tf.custom_gradient
-    def square(x):
-        def grad(dy):
-            return 3.0 * x * dy
-        return x * x, grad
-
-    @tf.custom_gradient
-    def cube(x):
-        def grad(dy):
-            return 3.0 * x * x * dy
-        return x * x * x, grad
-"""
+from tests.helpers import MIXED, by_name, invoke, load_copy, write
 
 
 def _reproduce(project: Path, *args: str) -> str:
-    write(project, "ops.py", WRONG)
+    write(project, "ops.py", MIXED)
     result = invoke("run", "ops.py", "--format", "json", *args)
     assert result.exit_code == 1, result.output
-    return by_name(json.loads(result.stdout))["square"]["reproduce"]
+    return by_name(json.loads(result.stdout))["bad"]["reproduce"]
 
 
 def test_every_row_with_a_flag_is_a_run_option_and_every_keyword_row_a_check_keyword() -> None:
@@ -81,23 +65,23 @@ def test_the_projections_flag_is_taken_and_appears_in_the_reproduce_command(proj
 
 
 def test_the_projections_keyword_is_taken_and_checked(tmp_path: Path) -> None:
-    ops = load_copy(write(tmp_path, "kw_ops.py", WRONG))
-    result = gradcheck.check(ops.cube, {"x": (3,)}, projections=2)
+    ops = load_copy(write(tmp_path, "kw_ops.py", MIXED))
+    result = gradcheck.check(ops.good, {"x": (3,)}, projections=2)
     assert result.status == "passed"
     with pytest.raises(UsageError, match=r"^gradcheck.check\(\): projections: 0 must be a positive integer$"):
-        gradcheck.check(ops.cube, {"x": (3,)}, projections=0)
+        gradcheck.check(ops.good, {"x": (3,)}, projections=0)
     with pytest.raises(TypeError, match=r"'projection'.*did you mean 'projections'"):
-        gradcheck.check(ops.cube, {"x": (3,)}, projection=2)
+        gradcheck.check(ops.good, {"x": (3,)}, projection=2)
 
 
 def test_check_and_discovery_make_the_same_subject(tmp_path: Path) -> None:
     from gradcheck.discovery import find_subjects, subject_of
 
-    path = write(tmp_path, "same_ops.py", WRONG)
+    path = write(tmp_path, "same_ops.py", MIXED)
     module = load_copy(path)
     found = {subject.name: subject for subject in find_subjects(module, path)}
-    given = subject_of(module.square)
+    given = subject_of(module.bad)
     assert given is not None
     for field in ("id", "name", "kind", "line", "forward", "decorators", "binding"):
-        assert getattr(given, field) == getattr(found["square"], field), field
+        assert getattr(given, field) == getattr(found["bad"], field), field
     assert subject_of(42) is None
