@@ -1,5 +1,7 @@
 """The command line: options -> RunOptions -> worker.run -> reporters -> exit code.
 
+The options of ``run`` that are settings come from the table of :mod:`gradcheck.settings`.
+
 The only module that imports click or exits. Exit codes are
 :class:`gradcheck.results.ExitCode`; bad input is one line on stderr and 2,
 a bug in gradcheck is a traceback and 3.
@@ -19,10 +21,9 @@ from typing import Any
 
 import click
 
-from gradcheck.config import DEFAULT_TIMEOUT, DEVICES, DTYPES, EXECUTIONS, MODES
 from gradcheck.errors import UsageError
-from gradcheck.reporting import FORMATS
 from gradcheck.results import VERSION, ExitCode
+from gradcheck.settings import BY_NAME, TABLE, Choice, FilePath, Flag, InvalidValue, Setting, Statuses
 
 
 def _parse_pairs(values: tuple[str, ...], option: str, parse: Callable[[str, str], Any]) -> dict[str, Any]:
@@ -62,12 +63,6 @@ def _parse_shape(name: str, raw: str) -> tuple[int | str, ...]:
                 param_hint="--shape",
             )
     return tuple(sizes)
-
-
-def _positive(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    if value is not None and not value > 0:
-        raise click.BadParameter(f"{value} must be a positive number")
-    return value
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -186,25 +181,67 @@ def _run_options(
     shapes: tuple[str, ...],
     dims: tuple[str, ...],
     keyword: str | None,
-    overrides: dict[str, Any],
+    given: dict[str, Any],
+    narrowing: dict[str, Any] | None = None,
 ) -> Any:
-    from gradcheck.session import RunOptions
+    from gradcheck import session
 
     if config is not None and not config.is_file():
         raise UsageError(f"{config}: config file not found (-c)")
-    return RunOptions(
-        targets=targets,
+    return session.run_options(
+        targets,
         config_path=config,
-        overrides={k: v for k, v in overrides.items() if v is not None},
+        given=given,
         dims=_parse_pairs(dims, "--dim", _parse_dim),
         shapes=_parse_pairs(shapes, "--shape", _parse_shape),
         keyword=keyword,
+        narrowing=narrowing,
     )
+
+
+def _checked(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A flag's value, checked by its row of the settings table (the config's checks and messages)."""
+    if value is None or value == ():
+        return None
+    setting = BY_NAME[str(param.name)]
+    try:
+        # A repeated flag (--fail-on error --fail-on failed) reads as one comma-separated value.
+        return setting.parse(",".join(value) if setting.multiple else value)
+    except InvalidValue as error:
+        raise click.BadParameter(str(error)) from None
+
+
+def _setting_option(setting: Setting) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The click option of one row of the settings table."""
+    names = [name for name in (setting.short, setting.long_flag) if name is not None]
+    kind = setting.kind
+    declared: dict[str, Any] = {"help": setting.help, "metavar": setting.metavar, "multiple": setting.multiple}
+    if isinstance(kind, Flag):
+        declared.update(is_flag=True, default=None)
+    elif isinstance(kind, Choice):
+        declared["type"] = click.Choice(kind.choices)
+    elif isinstance(kind, FilePath):
+        declared["type"] = click.Path(dir_okay=False, path_type=Path)
+    elif isinstance(kind, Statuses):
+        declared["callback"] = _checked
+    else:
+        declared.update(type=click.INT if kind.integer else click.FLOAT, callback=_checked)
+    return click.option(*names, setting.name, **declared)
+
+
+def _setting_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Every row of the settings table with a flag, as a click option, in the table's order."""
+    for setting in reversed(TABLE):
+        if setting.long_flag is not None:
+            command = _setting_option(setting)(command)
+    return command
 
 
 #: Where the parser's record of the order of --format and -o goes (see _ReportPairsCommand).
 _ORDER_KEY = "gradcheck.report_option_order"
 _COLORS = ("auto", "always", "never")
+#: The options paired by :func:`pair_reports`, by click's name for them.
+_PAIRED = {"format": "format_", "output": "output"}
 
 
 class _ReportPairsCommand(click.Command):
@@ -222,7 +259,7 @@ class _ReportPairsCommand(click.Command):
 
         def parse_recording_order(args: list[str]) -> Any:
             opts, largs, order = parse(args=args)
-            ctx.meta[_ORDER_KEY] = [param.name for param in order if param.name in ("format_", "output")]
+            ctx.meta[_ORDER_KEY] = [_PAIRED[param.name] for param in order if param.name in _PAIRED]
             return opts, largs, order
 
         parser.parse_args = parse_recording_order
@@ -270,16 +307,13 @@ def pair_reports(
     return [(format_, output) for format_, output in pairs]
 
 
-def _resolve_reports(
-    pairs: list[tuple[str | None, Path | None]], configured: dict[str, Any]
-) -> list[tuple[str, Path | None]]:
+def _resolve_reports(pairs: list[tuple[str | None, Path | None]], options: Any) -> list[tuple[str, Path | None]]:
     """Fill in the config's ``format``/``output`` for a run that names one report or none; check the set."""
     if not pairs:
         pairs = [(None, None)]
     if len(pairs) == 1:
         format_, output = pairs[0]
-        config_output = Path(configured["output"]) if "output" in configured else None
-        pairs = [(format_ or configured.get("format"), output or config_output)]
+        pairs = [(format_ or options.format, output or options.output)]
     reports = [(format_ or "text", output) for format_, output in pairs]
     to_stdout = [format_ for format_, output in reports if output is None]
     if len(to_stdout) > 1:
@@ -290,24 +324,6 @@ def _resolve_reports(
     if len(set(paths)) != len(paths):
         raise UsageError("-o: two reports would be written to the same file; give each its own -o FILE")
     return reports
-
-
-def _split_fail_on(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...] | None:
-    """``--fail-on error --fail-on failed`` and ``--fail-on error,failed`` alike."""
-    from gradcheck.config import closest
-    from gradcheck.results import FAIL_ON_STATUSES
-
-    statuses: list[str] = []
-    for value in values:
-        for part in value.split(","):
-            status = part.strip()
-            if status not in FAIL_ON_STATUSES:
-                raise click.BadParameter(
-                    f"'{status}' is not one of {', '.join(FAIL_ON_STATUSES)}{closest(status, FAIL_ON_STATUSES)}"
-                )
-            if status not in statuses:
-                statuses.append(status)
-    return tuple(statuses) or None
 
 
 def _console(color: str, stderr: bool = False) -> Any:
@@ -325,57 +341,13 @@ def _console(color: str, stderr: bool = False) -> Any:
 @main.command(cls=_ReportPairsCommand)
 @_target_argument
 @_common_options
-@click.option("--shape-only", is_flag=True, default=None, help="Audit counts, shapes and dtypes only.")
-@click.option("--mode", type=click.Choice(MODES), help="fast: projected checks; full: whole Jacobians.")
-@click.option("--dtype", type=click.Choice(DTYPES), help="Dtype the inputs are drawn in.")
-@click.option("--seed", type=click.IntRange(min=0), help="Seed of every random draw.")
-@click.option("--atol", type=float, callback=_positive, help="Absolute tolerance.")
-@click.option("--rtol", type=float, callback=_positive, help="Relative tolerance.")
-@click.option("--eps", type=float, callback=_positive, help="Relative finite-difference step.")
-@click.option("--execution", type=click.Choice(EXECUTIONS), help="Run eagerly, in tf.function, or both.")
-@click.option("--order", type=click.IntRange(1, 2), help="2: also check the gradient of each custom gradient.")
-@click.option(
-    "--format",
-    "format_",
-    type=click.Choice(FORMATS),
-    multiple=True,
-    help="Report format; repeat for several reports, each followed by its own -o.",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    multiple=True,
-    help="Write the --format before it to FILE (atomically).",
-)
-@click.option("--strict", is_flag=True, default=None, help="A skipped function counts as a failure.")
-@click.option(
-    "--fail-on",
-    multiple=True,
-    callback=_split_fail_on,
-    metavar="STATUS[,STATUS]",
-    help="Statuses that fail the run: failed, error, skipped (default: failed,error).",
-)
-@click.option("--maxfail", type=click.IntRange(min=1), metavar="N", help="Stop after N failures.")
+@_setting_options
 @click.option("--shard", metavar="K/N", help="Check only shard K of N (split by a stable hash of the function id).")
 @click.option(
     "--changed-since",
     metavar="REF",
     help="Check only functions whose module, or a project module it imports, changed since git REF.",
 )
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0),
-    metavar="SECONDS",
-    help=f"Stop a function's check after SECONDS; it is an error (default {DEFAULT_TIMEOUT:g}; 0: no limit).",
-)
-@click.option(
-    "--max-memory",
-    type=click.IntRange(min=0),
-    metavar="MB",
-    help="Stop a check whose process holds more than MB of memory (default: half the machine's; 0: no limit).",
-)
-@click.option("--device", type=click.Choice(DEVICES), help="Where checks run; auto: the GPU where there is one.")
 @click.option(
     "--color",
     type=click.Choice(_COLORS),
@@ -392,67 +364,31 @@ def run(
     dims: tuple[str, ...],
     keyword: str | None,
     verbose: int,
-    shape_only: bool | None,
-    mode: str | None,
-    dtype: str | None,
-    seed: int | None,
-    atol: float | None,
-    rtol: float | None,
-    eps: float | None,
-    execution: str | None,
-    order: int | None,
-    format_: tuple[str, ...],
-    output: tuple[Path, ...],
-    strict: bool | None,
-    fail_on: tuple[str, ...] | None,
-    maxfail: int | None,
     shard: str | None,
     changed_since: str | None,
-    timeout: float | None,
-    max_memory: int | None,
-    device: str | None,
     color: str,
     quiet: int,
+    **given: Any,
 ) -> int:
     """Check the gradients of every custom-gradient function in TARGET."""
-    from dataclasses import replace
-
     from gradcheck import _tf, session
 
-    _refuse_conflicts(quiet=quiet, verbose=verbose, shape_only=shape_only, mode=mode, order=order)
+    _refuse_conflicts(
+        quiet=quiet, verbose=verbose, shape_only=given["shape_only"], mode=given["mode"], order=given["order"]
+    )
     _tf.set_verbose(verbose > 0)
-    overrides = {
-        "shape_only": shape_only,
-        "mode": mode,
-        "dtype": dtype,
-        "seed": seed,
-        "atol": atol,
-        "rtol": rtol,
-        "eps": eps,
-        "execution": execution,
-        "order": order,
-        "strict": strict,
-        "timeout": timeout,
-        "device": device,
-    }
-    options = _run_options(targets, config, shapes, dims, keyword, overrides)
-    configured = session.run_settings(options)
+    # Each -o pairs with a --format (pair_reports); the config's format and output fill in the rest.
+    formats, outputs = given.pop("format"), given.pop("output")
+    narrowing = _selection_options(shard, changed_since)
+    options = _run_options(targets, config, shapes, dims, keyword, given, narrowing)
     order = click.get_current_context().meta.get(_ORDER_KEY, [])
-    reports = _resolve_reports(pair_reports(order, format_, output), configured)
+    reports = _resolve_reports(pair_reports(order, formats, outputs), options)
     for _, path in reports:
         if path is not None:
             session.refuse_user_file(path, options)
-    options = replace(
-        options,
-        fail_on=fail_on or configured.get("fail_on"),
-        maxfail=maxfail if maxfail is not None else configured.get("maxfail"),
-        max_memory=max_memory if max_memory is not None else configured.get("max_memory"),
-        **_selection_options(shard, changed_since),
-    )
     if not _tf.tensorflow_available():
         raise _tf.TensorFlowMissing()
-    import_timeout = timeout if timeout is not None else configured.get("timeout", DEFAULT_TIMEOUT)
-    report = _run_with_progress(options, color, verbose > 0, import_timeout)
+    report = _run_with_progress(options, color, verbose > 0)
     _emit(report, reports, verbose - quiet, color)
     if not report.results and not report.interrupted:
         _explain_empty_selection(options, shard, changed_since)
@@ -499,14 +435,14 @@ def _refuse_conflicts(
         )
 
 
-def _run_with_progress(options: Any, color: str, verbose: bool, import_timeout: float) -> Any:
+def _run_with_progress(options: Any, color: str, verbose: bool) -> Any:
     """The run in worker processes, with a progress bar on standard error when that is a terminal."""
     from gradcheck import progress, worker
 
     max_memory = options.max_memory if options.max_memory is not None else worker.default_max_memory()
     bounds: dict[str, Any] = {
         "verbose": verbose,
-        "import_timeout": import_timeout,
+        "import_timeout": options.timeout,
         "max_memory": max_memory or None,
     }
     if not progress.wanted(sys.stderr, os.environ):

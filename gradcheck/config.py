@@ -4,7 +4,8 @@ The config is ``gradcheck.toml`` (keys at its top level) or the
 ``[tool.gradcheck]`` table of ``pyproject.toml``, searched from the target
 upwards. Everything here is validated on load so that the checker only ever
 sees well-formed values; a bad value raises :class:`ConfigError` whose
-message names the file, the key and the closest valid name.
+message names the file, the key and the closest valid name. Which keys are
+settings, and what each may hold, is the table of :mod:`gradcheck.settings`.
 """
 
 from __future__ import annotations
@@ -13,72 +14,40 @@ import difflib
 import math
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gradcheck.errors import ConfigError
+from gradcheck.settings import (
+    BY_KEY,
+    DTYPES,
+    FUNCTION_SETTINGS,
+    RUN_SETTINGS,
+    TABLE,
+    Choice,
+    InvalidValue,
+)
+
+# Re-exported: the checker and discovery take these from here.
+from gradcheck.settings import Settings as Settings
+from gradcheck.settings import closest as closest
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-MODES = ("fast", "full")
-DTYPES = ("float64", "float32", "float16", "bfloat16")
-INPUT_DTYPES = DTYPES + ("int32", "int64")
-EXECUTIONS = ("eager", "function", "both")
-REFERENCES = ("both", "numeric", "native", "none")
-DEVICES = ("auto", "cpu", "gpu")
-#: Seconds a function's check may take before it is stopped (``--timeout``; 0: no limit).
-DEFAULT_TIMEOUT = 60.0
+INPUT_DTYPES = (*DTYPES, "int32", "int64")
 DISTRIBUTIONS = ("normal", "uniform", "positive", "spd", "integer")
 
 CONFIG_FILE = "gradcheck.toml"
 
-
-@dataclass(frozen=True)
-class Settings:
-    """How to check: the options that apply to every function unless overridden."""
-
-    mode: str = "fast"
-    """``fast`` (projected checks) or ``full`` (whole Jacobians)."""
-    dtype: str = "float64"
-    """Dtype the float inputs are drawn in."""
-    seed: int = 0
-    """Seed of every random draw."""
-    atol: float | None = None
-    """Absolute tolerance; None: chosen per dtype."""
-    rtol: float | None = None
-    """Relative tolerance; None: chosen per dtype."""
-    eps: float | None = None
-    """Relative finite-difference step; None: cbrt(machine epsilon) of the dtype."""
-    execution: str = "both"
-    """``eager``, ``function`` or ``both``."""
-    shape_only: bool = False
-    """Audit counts, shapes and dtypes only."""
-    strict: bool = False
-    """A skipped function counts as a failure."""
-    reference: str = "both"
-    """Which references to compare with: ``both``, ``numeric``, ``native``, ``none``."""
-    order: int = 1
-    """1: check gradients; 2: also the gradients of the custom gradients."""
-    timeout: float = DEFAULT_TIMEOUT
-    """Seconds one check may take before ``gradcheck run`` stops it; 0: no limit."""
-    device: str = "auto"
-    """``cpu``, ``gpu``, or ``auto`` (the GPU where TensorFlow sees one)."""
-
-    @property
-    def executions(self) -> tuple[str, ...]:
-        """The execution modes to run, eager first."""
-        return ("eager", "function") if self.execution == "both" else (self.execution,)
-
-
-#: Keys of Settings that may appear at the config's top level and in a
+#: Keys of the settings table that may appear at the config's top level, and in a
 #: function's or layer's table.
-_SETTING_KEYS = {f.name for f in fields(Settings)}
-_SUBJECT_SETTING_KEYS = {"mode", "dtype", "atol", "rtol", "eps", "execution", "reference", "order", "timeout"}
-_REPORT_KEYS = {"format", "output", "fail_on", "maxfail", "max_memory"}
+_SETTING_KEYS = {s.key for s in FUNCTION_SETTINGS}
+_SUBJECT_SETTING_KEYS = {s.key for s in TABLE if s.per_function}
+_REPORT_KEYS = {s.key for s in RUN_SETTINGS}
 _TOP_KEYS = _SETTING_KEYS | _REPORT_KEYS | {"dims", "functions", "layers"}
 _SUBJECT_KEYS = _SUBJECT_SETTING_KEYS | {"inputs", "constants", "init"}
 _INPUT_KEYS = {"shape", "dtype", "distribution", "low", "high", "items"}
@@ -144,13 +113,6 @@ class Config:
         return table.get(name)
 
 
-def closest(name: str, candidates: list[str] | set[str] | tuple[str, ...]) -> str:
-    """`` (did you mean 'x'?)`` for the closest candidate, or ``''``."""
-    by_lower = {candidate.lower(): candidate for candidate in sorted(candidates)}
-    matches = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
-    return f" (did you mean '{by_lower[matches[0]]}'?)" if matches else ""
-
-
 def _fail(label: str, key: str, message: str) -> ConfigError:
     return ConfigError(f"{label}: {key}: {message}")
 
@@ -167,83 +129,22 @@ def _check_keys(label: str, prefix: str, table: Mapping[str, Any], allowed: set[
 
 
 def _choice(label: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise _fail(
-            label,
-            key,
-            f"{value!r} is not one of {', '.join(choices)}"
-            + (closest(value, choices) if isinstance(value, str) else ""),
-        )
-    return value
-
-
-def _positive_float(label: str, key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(label, key, f"{value!r} is not a number")
-    if not math.isfinite(value) or value <= 0:
-        raise _fail(label, key, f"{value!r} must be a positive number")
-    return float(value)
+    try:
+        return Choice(choices).parse(value)
+    except InvalidValue as error:
+        raise _fail(label, key, str(error)) from None
 
 
 def validate_setting(label: str, key: str, value: Any) -> Any:
-    """Check one :class:`Settings` value from a config file or the command line."""
-    name = key.rsplit(".", 1)[-1]
-    if name == "mode":
-        return _choice(label, key, value, MODES)
-    if name == "dtype":
-        return _choice(label, key, value, DTYPES)
-    if name == "execution":
-        return _choice(label, key, value, EXECUTIONS)
-    if name == "reference":
-        return _choice(label, key, value, REFERENCES)
-    if name == "device":
-        return _choice(label, key, value, DEVICES)
-    if name == "timeout":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise _fail(label, key, f"{value!r} must be a number of seconds, 0 or more (0: no limit)")
-        return float(value)
-    if name in ("atol", "rtol", "eps"):
-        return _positive_float(label, key, value)
-    if name == "seed":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise _fail(label, key, f"{value!r} must be a non-negative integer")
-        return value
-    if name == "order":
-        if isinstance(value, bool) or value not in (1, 2):
-            raise _fail(label, key, f"{value!r} must be 1 or 2")
-        return value
-    if name in ("shape_only", "strict"):
-        if not isinstance(value, bool):
-            raise _fail(label, key, f"{value!r} must be true or false")
-        return value
-    raise _fail(label, key, "unknown setting")  # pragma: no cover - keys are checked first
+    """Check one value of a row of the settings table, from a config file or ``gradcheck.check``.
 
-
-def parse_fail_on(label: str, key: str, value: Any) -> tuple[str, ...]:
-    """``fail_on``: a list of statuses, or one string of comma-separated statuses."""
-    from gradcheck.results import FAIL_ON_STATUSES
-
-    if isinstance(value, str):
-        items: list[Any] = [part.strip() for part in value.split(",")]
-    elif isinstance(value, list):
-        items = value
-    else:
-        raise _fail(label, key, f'{value!r} must be a list of statuses, e.g. ["failed", "error"]')
-    statuses: list[str] = []
-    for item in items:
-        status = _choice(label, key, item, FAIL_ON_STATUSES)
-        if status not in statuses:
-            statuses.append(status)
-    if not statuses:
-        raise _fail(label, key, f"name at least one of {', '.join(FAIL_ON_STATUSES)}")
-    return tuple(statuses)
-
-
-def parse_max_memory(label: str, value: Any) -> int:
-    """``max_memory``: megabytes of resident memory a check may use, 0 for no limit."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _fail(label, "max_memory", f"{value!r} must be a whole number of megabytes, 0 or more (0: no limit)")
-    return value
+    ``key`` may be dotted (``functions.f.eps``): the last part names the setting.
+    """
+    setting = BY_KEY[key.rsplit(".", 1)[-1]]
+    try:
+        return setting.parse(value)
+    except InvalidValue as error:
+        raise _fail(label, key, str(error)) from None
 
 
 def _size(label: str, key: str, value: Any, dims: Mapping[str, int]) -> int | str:
@@ -372,24 +273,7 @@ def parse_config(document: Mapping[str, Any], path: Path | None, extra_dims: Map
         dims[name] = value
     dims.update(extra_dims or {})
     settings = {key: validate_setting(label, key, value) for key, value in document.items() if key in _SETTING_KEYS}
-    report = {}
-    if "format" in document:
-        from gradcheck.reporting import FORMATS
-
-        report["format"] = _choice(label, "format", document["format"], FORMATS)
-    if "output" in document:
-        if not isinstance(document["output"], str):
-            raise _fail(label, "output", "must be a file path")
-        report["output"] = document["output"]
-    if "fail_on" in document:
-        report["fail_on"] = parse_fail_on(label, "fail_on", document["fail_on"])
-    if "maxfail" in document:
-        maxfail = document["maxfail"]
-        if isinstance(maxfail, bool) or not isinstance(maxfail, int) or maxfail < 1:
-            raise _fail(label, "maxfail", f"{maxfail!r} must be a positive integer")
-        report["maxfail"] = maxfail
-    if "max_memory" in document:
-        report["max_memory"] = parse_max_memory(label, document["max_memory"])
+    report = {key: validate_setting(label, key, value) for key, value in document.items() if key in _REPORT_KEYS}
     functions = {
         name: _parse_subject(label, f"functions.{name}", raw, dims, _SUBJECT_KEYS)
         for name, raw in _flatten_functions(label, document.get("functions", {}), "functions").items()

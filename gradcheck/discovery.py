@@ -335,89 +335,116 @@ def _defined_here(forward: Any, module: ModuleType) -> bool:
     return getattr(forward, "__module__", None) == module.__name__
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where discovery found an object: its name there, its module and file, and the class holding it."""
+
+    name: str
+    """``func``, ``Class.method`` or ``Layer``."""
+    path: Path
+    """The module's file."""
+    module: ModuleType
+    owner: type | None = None
+    """The class of a method."""
+    binding: str = "function"
+    """How a method is bound: ``staticmethod``, ``classmethod`` or ``method``."""
+
+
+def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
+    """The checkable subject ``obj`` is, or None: the one way an object becomes a :class:`Subject`.
+
+    A subject is a ``@tf.custom_gradient`` function (or method), a function
+    wrapped by a gradient decorator such as ``tf.recompute_grad``, or a Keras
+    layer whose ``call`` reaches custom gradients. With ``place`` (discovery
+    walking a module), only what that module itself defines counts, and a
+    layer is a class. Without it (``gradcheck.check``), the name and file
+    come from the object's own definition, and a layer instance counts too.
+    """
+    layer_class = obj if isinstance(obj, type) else (type(obj) if place is None else None)
+    if layer_class is not None and _tf.is_keras_layer_class(layer_class):
+        return _layer_subject(obj, layer_class, place)
+    parts = _tf.custom_gradient_parts(obj)
+    wrapper = _tf.wrapper_parts(obj) if parts is None and (place is None or place.owner is None) else None
+    if parts is None and wrapper is None:
+        return None
+    forward = parts.forward if parts is not None else wrapper[1]  # type: ignore[index]
+    if place is not None and not _defined_here(forward, place.module):
+        return None
+    name = (
+        place.name if place is not None else getattr(forward, "__qualname__", getattr(forward, "__name__", "function"))
+    )
+    if place is not None:
+        shown = display_path(place.path)
+    else:
+        source = None
+        with contextlib.suppress(TypeError):
+            source = inspect.getsourcefile(inspect.unwrap(forward))
+        shown = display_path(Path(source)) if source else "<unknown>"
+    return Subject(
+        id=f"{shown}::{name}",
+        name=name,
+        kind="function",
+        path=shown,
+        line=_def_line(forward),
+        obj=obj,
+        forward=forward,
+        decorators=parts.decorators if parts is not None else (wrapper[0],),  # type: ignore[index]
+        input_signature=parts.input_signature if parts is not None else None,
+        owner=place.owner if place is not None else None,
+        binding=(place.binding if place is not None else "function") if parts is not None else "wrapper",
+        module=place.module if place is not None else inspect.getmodule(forward),
+    )
+
+
+def why_not_subject(obj: Any) -> str:
+    """Why :func:`subject_of` found no subject in ``obj``, for a message."""
+    layer_class = obj if isinstance(obj, type) else type(obj)
+    if _tf.is_keras_layer_class(layer_class):
+        return f"{layer_class.__name__}.call reaches no @tf.custom_gradient function"
+    return f"{getattr(obj, '__qualname__', obj)!r} is not a @tf.custom_gradient function"
+
+
 def find_subjects(module: ModuleType, path: Path) -> list[Subject]:
     """Custom-gradient functions, methods, gradient wrappers and layers that ``module`` defines."""
-    shown = display_path(path)
-    subjects: list[Subject] = []
-
-    def add(name: str, obj: Any, owner: type | None = None, binding: str = "function") -> None:
-        parts = _tf.custom_gradient_parts(obj)
-        if parts is not None:
-            if not _defined_here(parts.forward, module):
-                return
-            subjects.append(
-                Subject(
-                    id=f"{shown}::{name}",
-                    name=name,
-                    kind="function",
-                    path=shown,
-                    line=_def_line(parts.forward),
-                    obj=obj,
-                    forward=parts.forward,
-                    decorators=parts.decorators,
-                    input_signature=parts.input_signature,
-                    owner=owner,
-                    binding=binding,
-                    module=module,
-                )
-            )
-            return
-        wrapper = _tf.wrapper_parts(obj) if owner is None else None
-        if wrapper is not None and _defined_here(wrapper[1], module):
-            decorator, target = wrapper
-            subjects.append(
-                Subject(
-                    id=f"{shown}::{name}",
-                    name=name,
-                    kind="function",
-                    path=shown,
-                    line=_def_line(target),
-                    obj=obj,
-                    forward=target,
-                    decorators=(decorator,),
-                    binding="wrapper",
-                    module=module,
-                )
-            )
-
+    found: list[Subject | None] = []
     for name, obj in list(vars(module).items()):
-        if inspect.isclass(obj):
-            if obj.__module__ != module.__name__:
-                continue
-            if _tf.is_keras_layer_class(obj):
-                layer = _layer_subject(name, obj, module, path)
-                if layer is not None:
-                    subjects.append(layer)
-                continue
-            for attr, member in vars(obj).items():
-                if isinstance(member, staticmethod):
-                    add(f"{name}.{attr}", member.__func__, obj, "staticmethod")
-                elif isinstance(member, classmethod):
-                    add(f"{name}.{attr}", member.__func__, obj, "classmethod")
-                else:
-                    add(f"{name}.{attr}", member, obj, "method")
+        if not inspect.isclass(obj):
+            found.append(subject_of(obj, Place(name, path, module)))
+        elif obj.__module__ != module.__name__:
+            continue
+        elif _tf.is_keras_layer_class(obj):
+            found.append(subject_of(obj, Place(name, path, module)))
         else:
-            add(name, obj)
+            for attr, member in vars(obj).items():
+                bound = isinstance(member, (staticmethod, classmethod))
+                binding = ("staticmethod" if isinstance(member, staticmethod) else "classmethod") if bound else "method"
+                function = member.__func__ if bound else member
+                found.append(subject_of(function, Place(f"{name}.{attr}", path, module, obj, binding)))
+    subjects = [subject for subject in found if subject is not None]
     subjects.sort(key=lambda s: s.line)
     return subjects
 
 
-def _layer_subject(name: str, cls: type, module: ModuleType, path: Path) -> Subject | None:
-    """A Keras layer whose ``call`` reaches custom-gradient functions, or None."""
-    shown = display_path(path)
+def _layer_subject(obj: Any, cls: type, place: Place | None) -> Subject | None:
+    """A Keras layer (class, or instance without ``place``) whose ``call`` reaches custom-gradient functions."""
     call = vars(cls).get("call") or getattr(cls, "call", None)
     if call is None or not hasattr(call, "__code__"):
         return None
     patches = reached_custom_gradients(call, cls)
     if not patches:
         return None
+    if place is not None:
+        name, shown, line, module = place.name, display_path(place.path), _class_line(cls, place.path), place.module
+    else:
+        source = call.__code__.co_filename
+        name, shown, line, module = cls.__name__, display_path(Path(source)), 0, sys.modules.get(cls.__module__)
     return Subject(
         id=f"{shown}::{name}",
         name=name,
         kind="layer",
         path=shown,
-        line=_class_line(cls, path),
-        obj=cls,
+        line=line,
+        obj=obj,
         forward=None,
         owner=cls,
         binding="layer",

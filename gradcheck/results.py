@@ -11,7 +11,7 @@ import importlib.metadata
 from dataclasses import dataclass, field
 from typing import Any
 
-#: The checks a problem can belong to, as DESIGN.md lists them.
+#: The checks a problem can belong to, as the JSON report (documented in the README) lists them.
 CHECKS = (
     "count",
     "shape",
@@ -304,7 +304,7 @@ class RunReport:
         return self.maxfail is not None and bool(self.not_checked) and not self.interrupted
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON report, as DESIGN.md fixes it (``not_checked`` only when the run stopped early)."""
+        """The JSON report, as the README documents it (``not_checked`` only when the run stopped early)."""
         document: dict[str, Any] = {
             "gradcheck": self.version,
             "seed": self.seed,

@@ -20,6 +20,7 @@ from gradcheck.checking import CheckRequest, check_subject
 from gradcheck.config import (
     Config,
     Settings,
+    SubjectConfig,
     closest,
     find_config_file,
     merged_settings,
@@ -36,7 +37,9 @@ from gradcheck.discovery import (
     select,
 )
 from gradcheck.errors import ConfigError, TargetError, UsageError
-from gradcheck.results import DEFAULT_FAIL_ON, VERSION, Result, RunReport
+from gradcheck.results import DEFAULT_FAIL_ON, Result, RunReport
+from gradcheck.run import check_all
+from gradcheck.settings import BY_NAME, DEFAULT_TIMEOUT, FUNCTION, RUN_SETTINGS, TABLE, resolve
 
 
 @dataclass(frozen=True)
@@ -61,12 +64,58 @@ class RunOptions:
     """``--maxfail``: stop after this many results whose status is in ``fail_on``."""
     max_memory: int | None = None
     """``--max-memory``: megabytes the worker process may hold; None: the default, 0: no limit."""
+    format: str = "text"
+    """The config's ``format``: the report's, unless the command line names its own."""
+    output: Path | None = None
+    """The config's ``output``: where the report goes, unless the command line names its own."""
+    timeout: float = DEFAULT_TIMEOUT
+    """The run's top-level ``timeout`` (command line, else config): it bounds each module's import."""
     shard: tuple[int, int] | None = None
     """``--shard K/N``: keep only the functions in shard K of N (see :mod:`gradcheck.selection`)."""
     changed: frozenset[Path] | None = None
     """``--changed-since``: the changed files; keep only functions whose module is or imports one."""
     changed_root: Path | None = None
     """The git repository those files are in; imports are followed inside it only."""
+
+
+def run_options(
+    targets: tuple[str, ...],
+    *,
+    config_path: Path | None = None,
+    given: Mapping[str, Any] | None = None,
+    dims: Mapping[str, int] | None = None,
+    shapes: Mapping[str, tuple[int | str, ...]] | None = None,
+    keyword: str | None = None,
+    narrowing: Mapping[str, Any] | None = None,
+) -> RunOptions:
+    """The options of a run, resolved once: ``given`` (the command line) wins over the config, then the defaults.
+
+    ``given`` holds settings by name, None where not given. The run-level
+    ones (``fail_on``, ``maxfail``, ``max_memory``, ``format``, ``output``) and
+    the top-level ``timeout`` come from the first target's config, read here
+    without TensorFlow; the others stay overrides that each function's
+    settings are merged with. ``narrowing`` holds the ``shard``, ``changed``
+    and ``changed_root`` fields of ``--shard`` and ``--changed-since``.
+    """
+    given = {name: value for name, value in (given or {}).items() if value is not None}
+    overrides = {name: value for name, value in given.items() if BY_NAME[name].scope == FUNCTION}
+    dims = dict(dims or {})
+    path = _config_path(Path(targets[0].partition("::")[0]), config_path) if targets else None
+    config = read_config_file(path, dims) if path is not None else Config(dims=dims)
+    run_values = resolve(given, config.report, RUN_SETTINGS)
+    if run_values["output"] is not None:
+        run_values["output"] = Path(run_values["output"])
+    return RunOptions(
+        targets=targets,
+        config_path=config_path,
+        overrides=overrides,
+        dims=dims,
+        shapes=dict(shapes or {}),
+        keyword=keyword,
+        timeout=merged_settings(config, None, overrides).timeout,
+        **run_values,
+        **(narrowing or {}),
+    )
 
 
 @dataclass(frozen=True)
@@ -79,12 +128,16 @@ class PlannedCheck:
     """What the module's import left (seeds, switches, directory), applied again for its checks."""
 
 
+def _config_path(location: Path, config_path: Path | None) -> Path | None:
+    """The config file that applies to a target: ``-c``, else the nearest one above it."""
+    if config_path is not None:
+        return config_path
+    return find_config_file(location if location.exists() else Path.cwd())
+
+
 def _config_for(location: Path, options: RunOptions, cache: dict[Path | None, Config]) -> Config:
-    """The config that applies to a file: ``-c``, else the nearest one above it."""
-    if options.config_path is not None:
-        path: Path | None = options.config_path
-    else:
-        path = find_config_file(location if location.exists() else Path.cwd())
+    """The config that applies to a file, read once per run."""
+    path = _config_path(location, options.config_path)
     if path not in cache:
         cache[path] = read_config_file(path, options.dims) if path is not None else Config(dims=dict(options.dims))
     return cache[path]
@@ -184,16 +237,27 @@ def _check_config_names(config: Config, subjects: list[Subject]) -> None:
             )
 
 
+#: The order in which the reproduce command names settings (the seed first, as ever).
+_REPRODUCE_ORDER = ("always", "given", "set")
+
+
 def reproduce_command(subject: Subject, settings: Settings, options: RunOptions) -> str:
-    """The command line that checks this one function again with the same draws."""
-    parts = ["gradcheck", "run", subject.id, "--seed", str(settings.seed)]
-    defaults = Settings()
-    for key in ("dtype", "mode", "execution", "atol", "rtol", "eps", "order"):
-        value = getattr(settings, key)
-        if key in options.overrides and value != getattr(defaults, key):
-            parts += [f"--{key}", str(value)]
-    if settings.shape_only:
-        parts.append("--shape-only")
+    """The command line that checks this one function again with the same draws.
+
+    Which settings it names is the settings table's ``reproduce`` column.
+    """
+    parts = ["gradcheck", "run", subject.id]
+    rows = sorted(
+        (s for s in TABLE if s.reproduce in _REPRODUCE_ORDER), key=lambda s: _REPRODUCE_ORDER.index(s.reproduce)
+    )
+    for setting in rows:
+        value = getattr(settings, setting.name)
+        if setting.reproduce == "set" and value:
+            parts.append(str(setting.long_flag))
+        elif setting.reproduce == "always" or (
+            setting.reproduce == "given" and setting.name in options.overrides and value != setting.default
+        ):
+            parts += [str(setting.long_flag), str(value)]
     if options.config_path is not None:
         parts += ["-c", str(options.config_path)]
     for name, size in options.dims.items():
@@ -207,52 +271,67 @@ def reproduce_command(subject: Subject, settings: Settings, options: RunOptions)
 def request_for(planned: PlannedCheck, options: RunOptions) -> CheckRequest:
     """The check request for one function: its merged settings, config table and dims."""
     subject, config = planned.subject, planned.config
-    table = config.subject(subject.kind, subject.name)
-    settings = merged_settings(config, table, options.overrides)
-    dtype_given = (
-        "dtype" in options.overrides or "dtype" in config.settings or bool(table and "dtype" in table.settings)
+    return build_request(
+        subject,
+        config,
+        options.overrides,
+        given_by="command line",
+        table=config.subject(subject.kind, subject.name),
+        shapes=options.shapes,
+        config_label=config.label if config.path is not None else "gradcheck.toml",
+        reproduce=lambda settings: reproduce_command(subject, settings, options),
+        module_state=planned.module_state,
     )
+
+
+def build_request(
+    subject: Subject,
+    config: Config,
+    given: Mapping[str, Any],
+    *,
+    given_by: str,
+    table: SubjectConfig | None,
+    config_label: str,
+    reproduce: Callable[[Settings], str],
+    shapes: Mapping[str, tuple[int | str, ...]] | None = None,
+    module_state: state.Snapshot | None = None,
+) -> CheckRequest:
+    """The one way a check request is made, for ``gradcheck run`` and ``gradcheck.check`` alike.
+
+    ``given`` holds the settings given by name (validated already) and wins
+    over ``table`` (the function's own config table), which wins over the
+    config's top level. ``given_by`` is ``command line`` or
+    ``gradcheck.check()``: messages name a given setting as it was written
+    there. ``reproduce`` makes the reproduce command from the merged settings.
+    """
+    settings = merged_settings(config, table, given)
     if settings.device == "gpu" and not _tf.gpu_available():
-        where = "--device gpu" if "device" in options.overrides else f'{config.label}: device = "gpu"'
-        raise UsageError(
-            f"{where}: TensorFlow sees no GPU on this machine (tf.config.list_physical_devices('GPU') is empty); "
-            "use --device cpu, or --device auto to take the GPU only where there is one"
-        )
+        raise UsageError(_no_gpu_message(given, given_by, config.label))
     return CheckRequest(
         subject=subject,
         settings=settings,
         config=table,
         dims=config.dims,
-        shape_overrides=options.shapes,
-        config_label=config.label if config.path is not None else "gradcheck.toml",
-        reproduce=reproduce_command(subject, settings, options),
-        dtype_given=dtype_given,
-        module_state=planned.module_state,
+        shape_overrides=shapes or {},
+        config_label=config_label,
+        reproduce=reproduce(settings),
+        dtype_given="dtype" in given or "dtype" in config.settings or bool(table and "dtype" in table.settings),
+        module_state=module_state,
     )
 
 
-def run_settings(options: RunOptions) -> dict[str, Any]:
-    """The run-level keys of the first target's config, where it sets them.
-
-    ``format``, ``output``, ``fail_on``, ``maxfail``, ``max_memory`` and the
-    top-level ``timeout``: what the command line needs before any module is
-    imported (without TensorFlow).
-    """
-    if not options.targets:
-        return {}
-    spec = options.targets[0]
-    location = Path(spec.partition("::")[0])
-    if options.config_path is not None:
-        path: Path | None = options.config_path
-    else:
-        path = find_config_file(location if location.exists() else Path.cwd())
-    if path is None:
-        return {}
-    config = read_config_file(path, options.dims)
-    settings = dict(config.report)
-    if "timeout" in config.settings:
-        settings["timeout"] = config.settings["timeout"]
-    return settings
+def _no_gpu_message(given: Mapping[str, Any], given_by: str, config_label: str) -> str:
+    """``device = gpu`` on a machine without one, named as the user wrote it."""
+    device = BY_NAME["device"]
+    way = "flag" if given_by == "command line" else "keyword"
+    if "device" not in given:
+        given_by, way = config_label, "key"
+    where = "" if way == "flag" else f"{given_by}: "
+    return (
+        f"{where}{device.phrase('gpu', way)}: TensorFlow sees no GPU on this machine "
+        f"(tf.config.list_physical_devices('GPU') is empty); use {device.phrase('cpu', way)}, "
+        f"or {device.phrase('auto', way)} to take the GPU only where there is one"
+    )
 
 
 def refuse_user_file(output: Path, options: RunOptions) -> None:
@@ -263,14 +342,10 @@ def refuse_user_file(output: Path, options: RunOptions) -> None:
         location = Path(spec.partition("::")[0])
         if location.is_file():
             protected.append(location.resolve())
-    if options.config_path is not None:
-        protected.append(options.config_path.resolve())
-    else:
-        for spec in options.targets:
-            location = Path(spec.partition("::")[0])
-            found = find_config_file(location if location.exists() else Path.cwd())
-            if found is not None:
-                protected.append(found.resolve())
+    for spec in options.targets:
+        found = _config_path(Path(spec.partition("::")[0]), options.config_path)
+        if found is not None:
+            protected.append(found.resolve())
     if resolved in protected or resolved.suffix == ".py":
         raise TargetError(
             f"{output}: refusing to write the report over a module or config file; choose another -o path"
@@ -371,40 +446,14 @@ def run(
     ``gradcheck run`` checks in a worker process instead (:mod:`gradcheck.worker`),
     which bounds each check's time and memory; this is the same run without those
     bounds, for callers that want it in their own process. The caller's global
-    state is as before afterwards (:mod:`gradcheck.state`).
-
-    With ``options.maxfail`` the run stops once that many results have a
-    status that fails the run (as pytest's ``--maxfail``); what was not
-    checked is listed in the report's ``not_checked``.
+    state is as before afterwards (:mod:`gradcheck.state`). The loop, with
+    ``--maxfail``, is :func:`gradcheck.run.check_all`.
     """
-    start = time.perf_counter()
+    started = time.perf_counter()
     plan = plan_run(options)
-    requests = plan.requests
-    results: list[Result] = []
-    interrupted = False
-    failures = 0
-    try:
-        for index, request in enumerate(requests):
-            if options.maxfail is not None and failures >= options.maxfail:
-                break
-            if on_start is not None:
-                on_start(request.subject.id, index, len(requests))
-            result = check_one(request)
-            results.append(result)
-            failures += result.status in plan.fail_on
-            if on_result is not None:
-                on_result(result, index, len(requests))
-    except KeyboardInterrupt:
-        interrupted = True
-    return RunReport(
-        results=tuple(results),
-        seed=plan.seed,
-        seconds=time.perf_counter() - start,
-        interrupted=interrupted,
-        version=VERSION,
-        fail_on=plan.fail_on,
-        maxfail=options.maxfail,
-        not_checked=tuple(r.subject.id for r in requests[len(results) :]),
+    ids = [request.subject.id for request in plan.requests]
+    return check_all(
+        ids, lambda index: check_one(plan.requests[index]), plan, options.maxfail, started, on_start, on_result
     )
 
 

@@ -47,13 +47,14 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from gradcheck.errors import UsageError
-from gradcheck.results import VERSION, Problem, Result, RunReport
+from gradcheck.results import Problem, Result, RunReport
+from gradcheck.run import Abandoned, check_all
 
 #: How often (seconds) the parent looks at the worker's memory while it waits.
 POLL_SECONDS = 0.05
@@ -386,10 +387,12 @@ class _Run:
     import_timeout: float
     max_memory: int | None
     on_import: Callable[[str], None] | None
-    on_start: Callable[[str, int, int], None] | None
-    on_result: Callable[[Result, int, int], None] | None
     sink: Callable[[str], None] | None
     worker: Worker | None = None
+    functions: list[PlannedFunction] = field(default_factory=list)
+    """The first plan's functions, in the order they are checked."""
+    positions: dict[str, int] = field(default_factory=dict)
+    """Where each function is in the current worker's plan."""
 
     def start_worker(self) -> Planned:
         """A worker with the job collected: its plan, or a UsageError."""
@@ -458,20 +461,29 @@ class _Run:
             worker.kill()
             worker.sink = None
 
-    def check(self, index: int, function: PlannedFunction, total: int) -> Result:
-        """Check one function in the worker, within its timeout and the memory bound."""
+    def check(self, index: int) -> Result:
+        """Check the function at ``index`` of the first plan in a worker, within its timeout and the memory bound.
+
+        After a worker was stopped, a fresh one collects the targets again
+        first; where it cannot, this function and every one after it are
+        errors (:class:`gradcheck.run.Abandoned`).
+        """
+        if self.worker is None:
+            restarted = self.restart(self.functions[index:])
+            if isinstance(restarted, Result):
+                raise Abandoned([_copy_failure(restarted, rest) for rest in self.functions[index:]])
+            self.positions = restarted
         assert self.worker is not None
-        if self.on_start is not None:
-            self.on_start(function.id, index, total)
+        function = self.functions[index]
         start = time.monotonic()
         deadline = start + function.timeout if function.timeout else None
         try:
-            self.worker.send(Check(index))
+            self.worker.send(Check(self.positions[function.id]))
             message = self.worker.receive(deadline, self.max_memory)
         except _Stopped as stopped:
             self.discard_worker()
             return _stopped_result(function, stopped, time.monotonic() - start, self.max_memory)
-        if isinstance(message, Finished) and message.index == index:
+        if isinstance(message, Finished) and message.index == self.positions[function.id]:
             return message.result
         self.end_after_failure(message)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -582,51 +594,29 @@ def run(
         environ=dict(os.environ),
         verbose=verbose,
     )
-    sink = on_output or _write_to_stderr
-    runner = _Run(job, import_timeout, max_memory, on_import, on_start, on_result, sink)
+    runner = _Run(job, import_timeout, max_memory, on_import, on_output or _write_to_stderr)
     try:
         planned = runner.start_worker()
     except KeyboardInterrupt:
         runner.discard_worker()
         raise
-    functions = list(planned.functions)
-    positions = {function.id: index for index, function in enumerate(functions)}
-    results: list[Result] = []
-    interrupted = False
-    failures = 0
+    runner.functions = list(planned.functions)
+    runner.positions = {function.id: index for index, function in enumerate(runner.functions)}
     try:
-        for index, function in enumerate(functions):
-            if options.maxfail is not None and failures >= options.maxfail:
-                break
-            if runner.worker is None:
-                restarted = runner.restart(functions[index:])
-                if isinstance(restarted, Result):
-                    for rest in functions[index:]:
-                        results.append(_copy_failure(restarted, rest))
-                    break
-                positions = restarted
-            result = runner.check(positions[function.id], function, len(functions))
-            results.append(result)
-            failures += result.status in planned.fail_on
-            if on_result is not None:
-                on_result(result, index, len(functions))
-        runner.finish_worker()
-    except KeyboardInterrupt:
-        interrupted = True
-        runner.discard_worker()
+        ids = [function.id for function in runner.functions]
+        report = check_all(ids, runner.check, planned, options.maxfail, start, on_start, on_result)
     except BaseException:
         runner.discard_worker()
         raise
-    return RunReport(
-        results=tuple(results),
-        seed=planned.seed,
-        seconds=time.perf_counter() - start,
-        interrupted=interrupted,
-        version=VERSION,
-        fail_on=planned.fail_on,
-        maxfail=options.maxfail,
-        not_checked=tuple(f.id for f in functions[len(results) :]),
-    )
+    if report.interrupted:
+        runner.discard_worker()
+        return report
+    try:
+        runner.finish_worker()
+    except KeyboardInterrupt:  # while the worker was put back after the last check
+        runner.discard_worker()
+        return replace(report, interrupted=True)
+    return report
 
 
 def _copy_failure(template: Result, function: PlannedFunction) -> Result:

@@ -183,6 +183,18 @@ BAD_INPUTS: list[tuple[str, Callable[[Path], None], list[str], list[str]]] = [
         ["ops.py"],
         ["gradcheck.toml", "device", "'tpu' is not one of auto, cpu, gpu"],
     ),
+    (
+        "projections below 1 in the config",
+        _config("projections = 0\n"),
+        ["ops.py"],
+        ["gradcheck.toml", "projections", "0 must be a positive integer"],
+    ),
+    (
+        "projections that is no integer in a function's table",
+        _config("[functions.square]\nprojections = 2.5\n"),
+        ["ops.py"],
+        ["gradcheck.toml", "functions.square.projections", "2.5 must be a positive integer"],
+    ),
     ("config file given with -c that does not exist", _good_module, ["ops.py", "-c", "nope.toml"], ["nope.toml"]),
     # -- options
     ("unknown option", _good_module, ["ops.py", "--shap", "x=3"], ["--shap", "--shape", "gradcheck run --help"]),
@@ -196,6 +208,13 @@ BAD_INPUTS: list[tuple[str, Callable[[Path], None], list[str], list[str]]] = [
     ("negative size in --shape", _good_module, ["ops.py", "--shape", "x=3,-1"], ["--shape", "x=3,-1"]),
     ("--maxfail 0", _good_module, ["ops.py", "--maxfail", "0"], ["--maxfail", "0"]),
     ("--seed below 0", _good_module, ["ops.py", "--seed", "-1"], ["--seed", "-1"]),
+    (
+        "--projections 0",
+        _good_module,
+        ["ops.py", "--projections", "0"],
+        ["--projections", "0 must be a positive integer"],
+    ),
+    ("non-integer --projections", _good_module, ["ops.py", "--projections", "two"], ["--projections", "two"]),
     ("-q with -v", _good_module, ["ops.py", "-q", "-v"], ["-q and -v", "choose one"]),
     (
         "--shape-only with --mode full",

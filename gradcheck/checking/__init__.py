@@ -328,7 +328,7 @@ def _compare_values(
 
 
 def _judging(request: CheckRequest, prepared: _Prepared, wide: Harness) -> verdict.Judging:
-    """What judging needs; the number of fast-mode projections is decided here, once."""
+    """What judging needs that does not change from one gradient to the next."""
     output_size = sum(int(np.prod(spec.shape, dtype=np.int64)) for spec in prepared.harness.output_specs or [])
     return verdict.Judging(
         settings=request.settings,
@@ -336,7 +336,6 @@ def _judging(request: CheckRequest, prepared: _Prepared, wide: Harness) -> verdi
         wide=wide is not prepared.harness,
         output_size=output_size,
         batching=wide.batching,  # the live mapping: the harness learns each strategy as it first perturbs
-        projections=verdict.PROJECTIONS,
     )
 
 

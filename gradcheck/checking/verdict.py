@@ -46,8 +46,6 @@ from gradcheck.numerics import (
 )
 from gradcheck.results import Problem
 
-#: Random directions per input and draw in fast mode (the default of the ``projections`` parameter).
-PROJECTIONS = 3
 #: Input draws at most: the first, plus redraws where only finite differences disagree.
 MAX_DRAWS = 3
 #: Largest input (in elements) that fast mode localises with a whole
@@ -135,8 +133,6 @@ class Judging:
     """Elements over all outputs, for the Jacobian's size."""
     batching: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     """How the reference harness evaluated each source's perturbations, and why (filled in as it first perturbs)."""
-    projections: int = PROJECTIONS
-    """Random directions per input and draw in fast mode."""
 
     def reference_dtype(self, source: Source) -> str:
         """The dtype the references of ``source`` are evaluated in."""
@@ -290,13 +286,13 @@ def judge_full(
 def projected_evidence(
     judging: Judging, judged: Judged, native_gradient: np.ndarray | None, tol: Tolerance
 ) -> NumericEvidence:
-    """``<gradient, u>`` against directional finite differences along ``judging.projections`` random ``u``."""
+    """``<gradient, u>`` against directional finite differences along ``judging.settings.projections`` random ``u``."""
     source, name = judged.source, judged.source.name
     seed = f"{judging.subject_name}:{name}:directions:{judged.order}"
     rng = subject_rng(judging.settings.seed, seed, judged.draw)
     native_usable = native_gradient is not None and bool(np.all(np.isfinite(native_gradient)))
     projections, native_hits = [], []
-    for _ in range(judging.projections):
+    for _ in range(judging.settings.projections):
         direction = rng.standard_normal(size=source.shape)
         if source.symmetric:
             direction = symmetrize(direction)

@@ -1,4 +1,4 @@
-"""The JSON report, exactly as DESIGN.md fixes it."""
+"""The JSON report, exactly as the README documents it."""
 
 from __future__ import annotations
 

@@ -1,0 +1,83 @@
+"""The one run loop: check the planned functions in order, stop at ``--maxfail`` or Ctrl-C, report.
+
+In-process runs (:func:`gradcheck.session.run`) and worker runs
+(:func:`gradcheck.worker.run`) both go through :func:`check_all`; they
+differ only in how one function is checked, which they pass in. Nothing here
+prints; progress reaches the caller through ``on_start`` and ``on_result``.
+Imports :mod:`gradcheck.results` only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from gradcheck.results import VERSION, Result, RunReport
+
+
+class Plan(Protocol):
+    """What a run's plan tells the loop: the seed for the report, and the statuses that fail the run."""
+
+    seed: int
+    fail_on: tuple[str, ...]
+
+
+class Abandoned(Exception):
+    """Raised by a check to end the run early: ``results`` stand for this function and every one after it.
+
+    The worker raises it when no fresh worker can collect the targets again.
+    """
+
+    def __init__(self, results: Sequence[Result]) -> None:
+        super().__init__(f"{len(results)} functions not checked")
+        self.results = tuple(results)
+
+
+def check_all(
+    ids: Sequence[str],
+    check: Callable[[int], Result],
+    plan: Plan,
+    maxfail: int | None,
+    started: float,
+    on_start: Callable[[str, int, int], None] | None = None,
+    on_result: Callable[[Result, int, int], None] | None = None,
+) -> RunReport:
+    """Check the function at each index of ``ids`` with ``check``, in order, and make the report.
+
+    With ``maxfail`` the run stops once that many results have a status in
+    ``plan.fail_on`` (as pytest's ``--maxfail``); Ctrl-C stops it too, with the
+    results so far and ``interrupted`` set. What was not checked is listed in
+    the report's ``not_checked``. ``started`` is the run's start
+    (``time.perf_counter()``), collection included.
+    """
+    results: list[Result] = []
+    interrupted = False
+    failures = 0
+    try:
+        for index, id_ in enumerate(ids):
+            if maxfail is not None and failures >= maxfail:
+                break
+            if on_start is not None:
+                on_start(id_, index, len(ids))
+            try:
+                result = check(index)
+            except Abandoned as abandoned:
+                results.extend(abandoned.results)
+                break
+            results.append(result)
+            failures += result.status in plan.fail_on
+            if on_result is not None:
+                on_result(result, index, len(ids))
+    except KeyboardInterrupt:
+        interrupted = True
+    return RunReport(
+        results=tuple(results),
+        seed=plan.seed,
+        seconds=time.perf_counter() - started,
+        interrupted=interrupted,
+        version=VERSION,
+        fail_on=plan.fail_on,
+        maxfail=maxfail,
+        not_checked=tuple(ids[len(results) :]),
+    )
