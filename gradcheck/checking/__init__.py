@@ -52,9 +52,11 @@ from gradcheck.checking.prepare import (
 )
 from gradcheck.config import Settings, SubjectConfig
 from gradcheck.discovery import Subject, import_root
+from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, subject_rng
-from gradcheck.numerics import Harness, Outcome, WrapperTarget, raised_by_gradcheck
+from gradcheck.instrument import Outcome, raised_by_gradcheck
 from gradcheck.results import Problem, Result
+from gradcheck.targets import WrapperTarget
 
 __all__ = ["CheckRequest", "ShapeGuess", "check_subject", "guess_shapes", "input_records"]
 

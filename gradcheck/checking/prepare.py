@@ -18,9 +18,11 @@ import numpy as np
 
 from gradcheck import _tf
 from gradcheck.checking.exceptions import UserCodeError, describe_exception
+from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, candidate_shapes, draw_tensor, plan_call, subject_rng
-from gradcheck.numerics import FunctionTarget, Harness, LayerTarget, Outcome, Patch, WrapperTarget, raised_by_gradcheck
+from gradcheck.instrument import Outcome, raised_by_gradcheck
 from gradcheck.results import InputRecord, format_shape
+from gradcheck.targets import FunctionTarget, LayerTarget, Patch, WrapperTarget
 
 if TYPE_CHECKING:
     from gradcheck.checking import CheckRequest
