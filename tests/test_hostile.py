@@ -1,12 +1,32 @@
-"""Hostile or odd user text and paths (issue 11): items landed so far are 6 and 9."""
+"""Hostile or odd user text and paths (issue 11): no crash, no injected CI command, escape or markup.
+
+Reporters are run directly on records built from crafted and generated
+strings (no TensorFlow); a few full runs of the command line check the same
+on a crafted module, and the usage errors and report files around a run.
+"""
 
 from __future__ import annotations
 
+import io
+import json
+import re
 import shlex
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
 from gradcheck.config import Settings, find_config_file
+from gradcheck.reporting import FORMATS, RenderOptions, render
+from gradcheck.reporting.github import annotations, render_summary
+from gradcheck.reporting.safe_text import markdown, shown
+from gradcheck.reporting.text import render_text, render_text_string
+from gradcheck.results import HeatMap, InputRecord, Problem, Result, RunReport
 from gradcheck.session import RunOptions, reproduce_command
 
 
@@ -37,3 +57,229 @@ def test_reproduce_line_is_shell_quoted(tmp_path: Path) -> None:
     words = shlex.split(line)
     assert words[:3] == ["gradcheck", "run", hostile]
     assert words[-2:] == ["-c", str(config)]
+
+
+# ---------------------------------------------------------------------------
+# Hostile text in every report format (issue 11, items 1-5 and the test module)
+# ---------------------------------------------------------------------------
+
+#: Text that user code may put in a message, a name or a path, each aimed at one way to break a report.
+HOSTILE = (
+    "line one\nline two",
+    "\n::error file=README.md,line=1::injected",
+    "::warning::at the start",
+    "  ::group::after blanks",
+    "100% %0A %25 a, b: c",
+    "##[error]legacy command",
+    "".join(chr(code) for code in range(32)),
+    "\x7f",
+    "".join(chr(code) for code in range(0x80, 0xA0)),
+    "\ufffe\uffff",
+    "lone \ud800 surrogate \udce9",
+    "\x1b[2J\x1b[H clear and home",
+    "\x1b]0;window title\x07",
+    "\x1b]8;;https://example.com\x1b\\a link\x1b]8;;\x1b\\",
+    "\x9b2J C1 CSI",
+    "[bold red]markup[/]",
+    "w [/]",
+    "[/]",
+    "<img src=x onerror=alert(1)>",
+    "<details><summary>open</summary>",
+    "[a link](https://example.com) https://example.com",
+    "```\nfence\n```",
+    "**bold** _italic_ `tick` | pipe \\ backslash & amp",
+    "\u202eright-to-left override",
+)
+
+#: What a terminal obeys beyond colour: any ESC that does not open an SGR (colour) sequence, or OSC and C1 CSI.
+_NOT_COLOUR = re.compile(r"\x1b(?!\[[0-9;]*m)|\x9b|\x9d")
+
+
+def runner_commands(text: str) -> list[str]:
+    """Lines that GitHub's runner would take as a command: ``::`` after blanks, or ``##[`` anywhere."""
+    return [line for line in text.splitlines() if line.lstrip().startswith("::") or "##[" in line]
+
+
+def _unsafe_characters(text: str) -> list[str]:
+    """Characters that no human-readable format may hold: controls (but newline), DEL, C1, surrogates, U+FFFE."""
+    return sorted({char for char in text if char != "\n" and not char.isprintable() and char != " "})
+
+
+def _no_nan(constant: str) -> None:
+    raise ValueError(f"JSON holds {constant}")
+
+
+def hostile_report(text: str) -> RunReport:
+    """A run whose every string field is (or holds) ``text``: one failed, one error, one skipped, one passed."""
+    heatmap = HeatMap(custom=[[1.0, 2.0]], reference=[[1.0, 0.0]], difference=[[0.0, 2.0]], axes=(0, 1))
+    inputs = (InputRecord(text, (1, 2), "float64"), InputRecord(f"v{text}", (2,), "float64", role="variable"))
+    path = f"{text}/m.py"
+    return RunReport(
+        results=(
+            Result(
+                id=f"{path}::{text}",
+                name=text,
+                kind="function",
+                status="failed",
+                dtype="float32",
+                inputs=inputs,
+                problems=(
+                    Problem(
+                        "numeric",
+                        text,
+                        text,
+                        execution="eager",
+                        max_abs_error=2.0,
+                        worst_index=(0, 1),
+                        hint=text,
+                        heatmap=heatmap,
+                        expected=text,
+                        got=text,
+                    ),
+                    Problem("variables", f"v{text}", f"msg {text}"),
+                ),
+                notes=(text,),
+                path=path,
+                line=3,
+                reproduce=f"gradcheck run {text}",
+            ),
+            Result(
+                id=f"{path}::C.{text}",
+                name=f"C.{text}",
+                kind="function",
+                status="error",
+                problems=(Problem("exception", None, text, traceback=f"Traceback\n{text}\n"),),
+                path=path,
+                reproduce=text,
+            ),
+            Result(id=text, name=text, kind="layer", status="skipped", skip_reason=text, path=path),
+            Result(id=f"{text}::ok", name="ok", kind="function", status="passed", path=path),
+        ),
+        seed=0,
+        seconds=1.0,
+        not_checked=(text,),
+    )
+
+
+def _colour_text(report: RunReport, color_system: str | None) -> str:
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=80, force_terminal=color_system is not None, color_system=color_system)
+    render_text(report, console, verbosity=1)
+    return buffer.getvalue()
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+
+
+#: Every tag that gradcheck's HTML page draws; a tag from user text would be something else.
+_OWN_HTML_TAGS = {
+    *("html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "table", "thead", "tbody", "tr", "th"),
+    *("td", "a", "code", "section", "span", "ul", "li", "strong", "div", "details", "summary", "pre", "figure"),
+    *("figcaption", "svg", "g", "rect", "text", "line", "defs", "lineargradient", "stop"),
+}
+#: The only HTML that the job summary writes itself.
+_OWN_SUMMARY_TAGS = re.compile(r"</?code>|<br>|<pre>|</pre>")
+
+
+def assert_reports_hold(report: RunReport, text: str) -> None:
+    """Every format renders ``report``, well-formed, with ``text`` shown but never obeyed."""
+    documents = {format_: render(report, format_, RenderOptions(verbosity=1)) for format_ in FORMATS}
+    summary = render_summary(report)
+    for format_, document in {**documents, "summary": summary}.items():
+        document.encode("utf-8")  # strict: no lone surrogate reaches a file or a stream
+        commands = runner_commands(document)
+        if format_ == "github":
+            commands = [line for line in commands if not _OWN_ANNOTATION.match(line) or "##[" in line]
+        assert commands == [], (format_, commands)
+    json.loads(documents["json"], parse_constant=_no_nan)
+    json.loads(documents["sarif"], parse_constant=_no_nan)
+    ET.fromstring(documents["junit"].encode("utf-8"))
+    for format_ in ("text", "junit", "github", "html"):
+        assert _unsafe_characters(documents[format_]) == [], format_
+    assert _unsafe_characters(summary) == []
+    assert len(documents["github"].splitlines()) == len(annotations(report))
+    parser = _Tags()
+    parser.feed(documents["html"])
+    assert parser.tags <= _OWN_HTML_TAGS, parser.tags - _OWN_HTML_TAGS
+    assert "<" not in _OWN_SUMMARY_TAGS.sub("", summary.replace("<code>", "").replace("</code>", ""))
+    assert not re.search(r"^\s*(```|~~~)", summary, re.MULTILINE)  # no code fence that a path could close
+    never = _colour_text(report, None)
+    assert "\x1b" not in never and _unsafe_characters(never) == []
+    always = _colour_text(report, "truecolor")
+    assert "\x1b[" in always  # colour is on ...
+    assert not _NOT_COLOUR.search(always)  # ... and nothing but colour reaches the terminal
+    assert runner_commands(never) == [] and runner_commands(always) == []
+
+
+#: gradcheck's own annotation: one command a line, its properties and data escaped.
+_OWN_ANNOTATION = re.compile(r"^::(error|warning)( file=[^:,]*(,line=\d+)?,title=gradcheck)?::[^\r\n]*$")
+
+
+@pytest.mark.parametrize("text", HOSTILE, ids=range(len(HOSTILE)))
+def test_every_format_holds_against_hostile_text(text: str) -> None:
+    assert_reports_hold(hostile_report(text), text)
+
+
+_PIECES = st.one_of(
+    st.sampled_from(HOSTILE),
+    # exclude_categories=(): surrogates too, which hypothesis leaves out by default.
+    st.text(st.characters(exclude_categories=()), max_size=12),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_PIECES, min_size=1, max_size=4).map("".join))
+def test_every_format_holds_against_generated_text(text: str) -> None:
+    assert_reports_hold(hostile_report(text), text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(st.characters(exclude_categories=())))
+def test_shown_text_is_printable_one_line_and_no_command(text: str) -> None:
+    line = shown(text)
+    assert _unsafe_characters(line) == []
+    assert "\n" not in line and runner_commands(line) == []
+    line.encode("utf-8")
+    escaped = markdown(text)
+    assert "<" not in escaped and "`" not in escaped.replace("\\`", "")
+
+
+def test_markup_in_names_is_text_not_rich_markup() -> None:
+    # Table cells were parsed as markup: "w [/]" raised MarkupError, "[bold]" vanished.
+    report = hostile_report("w [/] [bold]b[/bold]")
+    text = render_text_string(report, verbosity=1)
+    assert "w [/] [bold]b[/bold]" in text
+    junit = ET.fromstring(render(report, "junit").encode("utf-8"))
+    assert "w [/] [bold]b[/bold]" in (junit.find(".//failure").text or "")
+
+
+def test_control_characters_show_escaped_as_repr_does() -> None:
+    text = render_text_string(hostile_report("a\x1b[2Jb\x07c\ud800d"))
+    assert "a\\x1b[2Jb\\x07c\\ud800d" in text
+
+
+def test_junit_attributes_are_cleaned() -> None:
+    name = "f\x01\x1b\ufffe\ud800"
+    document = render(hostile_report(name), "junit")
+    root = ET.fromstring(document.encode("utf-8"))
+    case = root.find(".//testcase")
+    assert case is not None and case.get("name") == "f\\x01\\x1b\\ufffe\\ud800"
+    suite = root.find("testsuite")
+    assert suite is not None and "\\x01" in (suite.get("name") or "") and "\\x01" in (suite.get("file") or "")
+
+
+def test_job_summary_shows_html_and_markdown_as_text() -> None:
+    summary = render_summary(hostile_report("<img src=x onerror=alert(1)> ``` [l](u) a`b|c"))
+    assert "<img" not in summary and "&lt;img src=x onerror=alert(1)&gt;" in summary
+    assert "```" not in summary
+    # Names without anything to escape stay code spans, as before.
+    plain = render_summary(
+        RunReport(results=(Result(id="m.py::f", name="f", kind="function", status="passed"),), seed=0)
+    )
+    assert "Passed: `m.py::f`" in plain

@@ -5,18 +5,23 @@ problem points at the same line as its GitHub annotation. Artifact URIs are
 relative to the working directory under ``uriBaseId`` ``%SRCROOT%``.
 ``partialFingerprints`` hash only the function id, the check and the input,
 never numbers or timings, so one problem keeps its fingerprint across runs.
-Text is taken as-is: JSON escaping makes it safe.
+Message text, read by people in the code-scanning view, is
+:func:`~gradcheck.reporting.safe_text.shown` (control characters escaped);
+artifact URIs are percent-encoded from the path's bytes, so a space or a
+file name that is not UTF-8 still makes a valid URI.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
+import urllib.parse
 from pathlib import Path
 
 from gradcheck.reporting import RenderOptions
 from gradcheck.reporting.github import annotation_line
+from gradcheck.reporting.json_report import json_document
+from gradcheck.reporting.safe_text import shown
 from gradcheck.results import CHECKS, VERSION, Problem, Result, RunReport
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -75,7 +80,8 @@ def _rules() -> list[dict]:
 def fingerprint(result: Result, problem: Problem) -> str:
     """A hash of what identifies a problem across runs: function id, check, input."""
     key = "\0".join((result.id, problem.check, problem.input or ""))
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+    # surrogatepass: a name or path that is not valid UTF-8 still hashes, and always the same way.
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _uri(path: str) -> str:
@@ -84,16 +90,21 @@ def _uri(path: str) -> str:
         relative = os.path.relpath(path)
     except ValueError:
         relative = path
-    return Path(relative).as_posix()
+    posix = Path(relative).as_posix()
+    try:
+        raw = os.fsencode(posix)  # a file name that is not UTF-8 comes back as its own bytes
+    except UnicodeEncodeError:
+        raw = posix.encode("utf-8", "surrogatepass")
+    return urllib.parse.quote(raw, safe="/")
 
 
 def _message(result: Result, problem: Problem) -> str:
     where = f"{result.name}: {problem.input}" if problem.input else result.name
-    text = f"{where} ({problem.check}): {problem.message}"
+    text = f"{shown(where)} ({problem.check}): {shown(problem.message)}"
     if problem.hint:
-        text += f"\nhint: {problem.hint}"
+        text += f"\nhint: {shown(problem.hint)}"
     if result.reproduce:
-        text += f"\nreproduce: {result.reproduce}"
+        text += f"\nreproduce: {shown(result.reproduce)}"
     return text
 
 
@@ -132,4 +143,4 @@ def sarif(report: RunReport) -> dict:
 
 def render(report: RunReport, options: RenderOptions) -> str:
     """The SARIF log as indented JSON."""
-    return json.dumps(sarif(report), indent=2, ensure_ascii=False) + "\n"
+    return json_document(sarif(report), ensure_ascii=False)
