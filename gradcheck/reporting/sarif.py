@@ -5,10 +5,10 @@ problem points at the same line as its GitHub annotation. Artifact URIs are
 relative to the working directory under ``uriBaseId`` ``%SRCROOT%``.
 ``partialFingerprints`` hash only the function id, the check and the input,
 never numbers or timings, so one problem keeps its fingerprint across runs.
-Message text, read by people in the code-scanning view, is
-:func:`~gradcheck.reporting.safe_text.shown` (control characters escaped);
-artifact URIs are percent-encoded from the path's bytes, so a space or a
-file name that is not UTF-8 still makes a valid URI.
+Text is taken as-is: JSON escaping makes it safe (non-ASCII as ``\\u``
+escapes, so a lone surrogate from a file name that is not UTF-8 still
+encodes). Artifact URIs are percent-encoded from the path's bytes, so a
+space or a file name that is not UTF-8 still makes a valid URI.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from pathlib import Path
 from gradcheck.reporting import RenderOptions
 from gradcheck.reporting.github import annotation_line
 from gradcheck.reporting.json_report import json_document
-from gradcheck.reporting.safe_text import shown
 from gradcheck.results import CHECKS, VERSION, Problem, Result, RunReport
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -100,11 +99,11 @@ def _uri(path: str) -> str:
 
 def _message(result: Result, problem: Problem) -> str:
     where = f"{result.name}: {problem.input}" if problem.input else result.name
-    text = f"{shown(where)} ({problem.check}): {shown(problem.message)}"
+    text = f"{where} ({problem.check}): {problem.message}"
     if problem.hint:
-        text += f"\nhint: {shown(problem.hint)}"
+        text += f"\nhint: {problem.hint}"
     if result.reproduce:
-        text += f"\nreproduce: {shown(result.reproduce)}"
+        text += f"\nreproduce: {result.reproduce}"
     return text
 
 
@@ -143,4 +142,4 @@ def sarif(report: RunReport) -> dict:
 
 def render(report: RunReport, options: RenderOptions) -> str:
     """The SARIF log as indented JSON."""
-    return json_document(sarif(report), ensure_ascii=False)
+    return json_document(sarif(report))
