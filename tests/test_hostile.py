@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shlex
+import stat
+import subprocess
+import sys
+import textwrap
+import time
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
@@ -21,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from gradcheck.cli import write_atomically
 from gradcheck.config import Settings, find_config_file
 from gradcheck.reporting import FORMATS, RenderOptions, render
 from gradcheck.reporting.github import annotations, render_summary
@@ -28,6 +35,7 @@ from gradcheck.reporting.safe_text import markdown, shown
 from gradcheck.reporting.text import render_text, render_text_string
 from gradcheck.results import HeatMap, InputRecord, Problem, Result, RunReport
 from gradcheck.session import RunOptions, reproduce_command
+from tests.helpers import REPO, STATUSES, invoke
 
 
 def test_config_search_stops_at_the_project_root(tmp_path: Path) -> None:
@@ -283,3 +291,241 @@ def test_job_summary_shows_html_and_markdown_as_text() -> None:
         RunReport(results=(Result(id="m.py::f", name="f", kind="function", status="passed"),), seed=0)
     )
     assert "Passed: `m.py::f`" in plain
+
+
+# ---------------------------------------------------------------------------
+# The command line on a crafted module
+# ---------------------------------------------------------------------------
+
+#: One line of everything at once; the exception's first line is the message, the rest is in the traceback.
+_EVIL = (
+    "\x1b[2J\x1b]0;title\x07\x1b]8;;http://e.x\x07link\x1b]8;;\x07 ::error::x ##[error]y %0A [bold]m[/] [/] "
+    "<img src=x onerror=alert(1)> ``` **md** \x7f\x9b\ufffe \ud800 \x00\x01 \u202e"
+    "\n::error file=README.md,line=1::injected\n##[error]legacy"
+)
+
+CRAFTED = f"""
+import tensorflow as tf
+
+EVIL = {_EVIL!r}
+
+
+@tf.custom_gradient
+def raises(x):
+    def grad(dy):
+        raise ValueError(EVIL)
+    return x * 2.0, grad
+
+
+@tf.custom_gradient
+def _wrong(x):
+    def grad(dy):
+        return dy * 3.0
+    return x * 2.0, grad
+
+
+_wrong.__name__ = "wrong\\x1b[2J[/]"
+_wrong.__qualname__ = "wrong\\x1b[2J [/] ::error::q"
+globals()["wrong\\x1b]0;t\\x07 [/] ##[x] <b>"] = _wrong
+"""
+
+#: A folder name with a space, quotes, a newline and a byte that is not UTF-8.
+HOSTILE_FOLDER = os.fsdecode(b"dir 'q' \"dq\" caf\xe9 \n::error::nl ##[x]")
+
+_ALL_FILES = (
+    ("text", "r.txt"),
+    ("json", "r.json"),
+    ("junit", "r.xml"),
+    ("github", "gh.txt"),
+    ("html", "r.html"),
+    ("sarif", "r.sarif"),
+)
+
+
+@pytest.fixture
+def crafted(project: Path) -> Path:
+    """The crafted module in a hostile folder of the project; its config pins no shapes (they are guessed)."""
+    folder = project / HOSTILE_FOLDER
+    folder.mkdir()
+    (folder / "hostile_ops.py").write_text(CRAFTED, encoding="utf-8")
+    return project
+
+
+def _file_arguments() -> list[str]:
+    return [argument for format_, name in _ALL_FILES for argument in ("--format", format_, "-o", name)]
+
+
+def _assert_streams_hold(stdout: str, stderr: str) -> None:
+    for stream in (stdout, stderr):
+        commands = [line for line in runner_commands(stream) if not _OWN_ANNOTATION.match(line) or "##[" in line]
+        assert commands == [], commands
+        assert not _NOT_COLOUR.search(stream)
+
+
+def _assert_files_hold(project: Path, summary: Path | None) -> None:
+    documents = {format_: (project / name).read_text(encoding="utf-8") for format_, name in _ALL_FILES}
+    json.loads(documents["json"], parse_constant=_no_nan)
+    json.loads(documents["sarif"], parse_constant=_no_nan)
+    ET.fromstring(documents["junit"].encode("utf-8"))
+    for format_, document in documents.items():
+        assert runner_commands(document) == [] or format_ == "github", format_
+        if format_ in ("text", "junit", "github", "html"):
+            assert _unsafe_characters(document) == [], format_
+    for line in documents["github"].splitlines():
+        assert _OWN_ANNOTATION.match(line) and "##[" not in line, line
+    assert "\\x1b[2J" in documents["text"] and "\x1b" not in documents["text"]
+    if summary is not None:
+        markdown_text = summary.read_text(encoding="utf-8")
+        assert "<" not in _OWN_SUMMARY_TAGS.sub("", markdown_text)
+        assert _unsafe_characters(markdown_text) == [] and runner_commands(markdown_text) == []
+
+
+def test_every_format_from_the_command_line_on_a_crafted_module(crafted: Path) -> None:
+    summary = crafted / "summary.md"
+    result = invoke("run", ".", "-v", "--color", "never", *_file_arguments(), env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert result.exit_code == 1, result.stderr
+    assert "\x1b" not in result.stdout + result.stderr
+    _assert_streams_hold(result.stdout, result.stderr)
+    _assert_files_hold(crafted, summary)
+    assert "wrong\\x1b" in result.stdout and "caf\\udce9 \\n" in result.stdout
+
+
+def test_colour_never_carries_user_escapes_and_github_on_stdout(crafted: Path) -> None:
+    always = invoke("run", ".", "-v", "--color", "always")
+    assert always.exit_code == 1, always.stderr
+    assert "\x1b[" in always.stdout  # colour is on, and nothing else from user text reaches the terminal
+    _assert_streams_hold(always.stdout, always.stderr)
+    github = invoke("run", ".", "--format", "github")
+    assert github.exit_code == 1
+    _assert_streams_hold(github.stdout, github.stderr)
+    assert github.stdout.count("\n") == len(github.stdout.splitlines()) >= 3
+
+
+def test_a_real_process_writes_only_safe_bytes(crafted: Path) -> None:
+    # Outside CliRunner: the real streams, encoded by the interpreter (a lone surrogate used to crash them).
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GITHUB_STEP_SUMMARY": str(crafted / "summary.md")}
+    process = subprocess.run(
+        [sys.executable, "-m", "gradcheck", "run", ".", "--format", "github", "--format", "text", "-o", "r.txt"],
+        cwd=crafted,
+        capture_output=True,
+        timeout=300,
+        env=env,
+    )
+    assert process.returncode == 1, process.stderr
+    stdout, stderr = process.stdout.decode("utf-8"), process.stderr.decode("utf-8")
+    _assert_streams_hold(stdout, stderr)
+    assert "\x1b" not in stdout and "\x1b" not in (crafted / "r.txt").read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------
+# Usage errors: one line, whatever the user's text holds (items 3 and 8)
+# ---------------------------------------------------------------------------
+
+_INJECTED = "boom\n::error file=README.md,line=1::injected\n##[error]legacy \x1b]0;t\x07"
+
+
+def _one_safe_line(stderr: str) -> str:
+    lines = stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert runner_commands(stderr) == [] and "\x1b" not in stderr
+    return lines[0]
+
+
+def test_an_import_error_is_one_line_however_many_its_message_has(project: Path) -> None:
+    (project / "ops.py").write_text(f"raise ImportError({_INJECTED!r})\n", encoding="utf-8")
+    result = invoke("run", "ops.py")
+    assert result.exit_code == 2
+    assert "boom" in _one_safe_line(result.stderr)
+    verbose = invoke("run", "ops.py", "-v")
+    assert verbose.exit_code == 2
+    assert runner_commands(verbose.stderr) == [] and "\x1b" not in verbose.stderr
+
+
+def test_a_config_key_with_a_newline_is_one_line(project: Path) -> None:
+    (project / "gradcheck.toml").write_text('"bad\\n::error::key ##[x]" = 1\n', encoding="utf-8")
+    (project / "ops.py").write_text("x = 1\n", encoding="utf-8")
+    result = invoke("run", "ops.py")
+    assert result.exit_code == 2
+    _one_safe_line(result.stderr)
+
+
+def test_a_bad_option_value_is_one_line(project: Path) -> None:
+    result = invoke("run", "ops.py", "--format", "x\n::error::y ##[z]")
+    assert result.exit_code == 2
+    _one_safe_line(result.stderr)
+
+
+def test_the_bare_command_shows_the_whole_help() -> None:
+    result = invoke()
+    assert result.exit_code in (0, 2)
+    shown_help = result.stdout + result.stderr
+    lines = shown_help.splitlines()
+    assert lines[0].startswith("Usage: ") and "Commands:" in lines and len(lines) > 5
+    assert "error" not in lines[0]
+
+
+# ---------------------------------------------------------------------------
+# Report files (item 7)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "output, config",
+    [
+        ("afile/x.json", ""),
+        ("", 'output = "existing_dir"\nformat = "json"\n'),
+        pytest.param(
+            "/proc/x.json",
+            "",
+            marks=pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc"),
+        ),
+    ],
+)
+def test_an_unwritable_report_path_stops_before_any_check(project: Path, output: str, config: str) -> None:
+    (project / "afile").write_text("a file, not a folder\n", encoding="utf-8")
+    (project / "existing_dir").mkdir()
+    (project / "gradcheck.toml").write_text(config, encoding="utf-8")
+    (project / "ops.py").write_text(textwrap.dedent(STATUSES), encoding="utf-8")
+    before = sorted(path.name for path in project.iterdir())
+    first = ["--format", "junit", "-o", "first.xml"]
+    args = ["run", "ops.py", *first, "--format", "json", "-o", output] if output else ["run", "ops.py"]
+    started = time.monotonic()
+    result = invoke(*args)
+    assert result.exit_code == 2, result.stdout + result.stderr
+    line = _one_safe_line(result.stderr)
+    assert line.startswith("gradcheck: error: ")
+    assert sorted(path.name for path in project.iterdir()) == before  # nothing written, first.xml neither
+    assert time.monotonic() - started < 20  # refused before the run, not after it
+
+
+def test_a_symlinked_report_is_replaced_as_mv_would(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    link = reports / "report.json"
+    link.symlink_to(tmp_path / "elsewhere" / "deep" / "target.json")  # dangling
+    write_atomically(link, "{}\n")
+    assert not link.is_symlink() and link.read_text() == "{}\n"
+    assert not (tmp_path / "elsewhere").exists()  # no folder made for the link's target
+    assert [path.name for path in reports.iterdir()] == ["report.json"]  # no temporary file left
+
+
+def test_a_live_symlink_is_replaced_and_its_target_kept(tmp_path: Path) -> None:
+    (tmp_path / "other").mkdir()
+    target = tmp_path / "other" / "kept.json"
+    target.write_text("earlier\n")
+    link = tmp_path / "report.json"
+    link.symlink_to(target)
+    write_atomically(link, "new\n")
+    assert not link.is_symlink() and link.read_text() == "new\n"
+    assert target.read_text() == "earlier\n"
+    assert [path.name for path in (tmp_path / "other").iterdir()] == ["kept.json"]
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_report_files_follow_the_umask(tmp_path: Path, umask: int, mode: int) -> None:
+    earlier = os.umask(umask)
+    try:
+        write_atomically(tmp_path / "report.json", "{}\n")
+    finally:
+        os.umask(earlier)
+    assert stat.S_IMODE((tmp_path / "report.json").stat().st_mode) == mode
