@@ -57,6 +57,14 @@ def test_setup_cfg_also_marks_the_project_root(tmp_path: Path) -> None:
     assert find_config_file(project) is None
 
 
+def test_pyproject_toml_also_marks_the_project_root(tmp_path: Path) -> None:
+    (tmp_path / "gradcheck.toml").write_text("seed = 3\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    assert find_config_file(project) is None
+
+
 def test_reproduce_line_is_shell_quoted(tmp_path: Path) -> None:
     hostile = "dir with 'quote' `touch pwned`/m.py::f"
     subject = SimpleNamespace(id=hostile)
@@ -324,6 +332,19 @@ def _wrong(x):
     return x * 2.0, grad
 
 
+# Held in a dict, not a global: gradcheck then names the variable by its own (hostile) name.
+VARIABLES = {{"gain": tf.Variable([0.5, -1.5, 2.0], dtype=tf.float64, name="gain [/] <b>\\x1b[2J\\n::error::v ##[v]")}}
+
+
+@tf.custom_gradient
+def gain_wrong(x):
+    gain = VARIABLES["gain"]
+
+    def grad(dy, variables=None):
+        return dy * gain, [tf.reduce_sum(dy, axis=0) for _ in variables]
+    return x * gain, grad
+
+
 _wrong.__name__ = "wrong\\x1b[2J[/]"
 _wrong.__qualname__ = "wrong\\x1b[2J [/] ::error::q"
 globals()["wrong\\x1b]0;t\\x07 [/] ##[x] <b>"] = _wrong
@@ -388,6 +409,7 @@ def test_every_format_from_the_command_line_on_a_crafted_module(crafted: Path) -
     _assert_streams_hold(result.stdout, result.stderr)
     _assert_files_hold(crafted, summary)
     assert "wrong\\x1b" in result.stdout and "caf\\udce9 \\n" in result.stdout
+    assert "gain [/] <b>\\x1b[2J\\n" in result.stdout  # the variable's name, as text
 
 
 def test_colour_never_carries_user_escapes_and_github_on_stdout(crafted: Path) -> None:
