@@ -48,7 +48,12 @@ def check_writable(path: Path) -> None:
 
 
 def _umask() -> int:
-    # The only portable way to read the umask is to set it; set it straight back.
+    # Linux tells it without changing it (another thread may be creating a file meanwhile).
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    # Elsewhere the only way to read the umask is to set it; set it straight back.
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
