@@ -143,7 +143,7 @@ class _OneLineErrors(click.Group):
             echo_error(f"{message}; see '{command} --help'")
             sys.exit(ExitCode.USAGE_ERROR)
         except click.ClickException as error:
-            error.show()
+            echo_error(error.format_message())
             sys.exit(error.exit_code)
         except click.exceptions.Abort:
             click.echo("Aborted!", err=True)

@@ -423,6 +423,13 @@ def test_colour_never_carries_user_escapes_and_github_on_stdout(crafted: Path) -
     assert github.stdout.count("\n") == len(github.stdout.splitlines()) >= 3
 
 
+def test_the_listing_shows_hostile_names_as_text(crafted: Path) -> None:
+    result = invoke("list", ".")
+    assert result.exit_code == 0, result.stderr
+    _assert_streams_hold(result.stdout, result.stderr)
+    assert "\x1b" not in result.stdout and "wrong\\x1b" in result.stdout
+
+
 def test_a_real_process_writes_only_safe_bytes(crafted: Path) -> None:
     # Outside CliRunner: the real streams, encoded by the interpreter (a lone surrogate used to crash them).
     env = {**os.environ, "PYTHONPATH": str(REPO), "GITHUB_STEP_SUMMARY": str(crafted / "summary.md")}
