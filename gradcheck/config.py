@@ -313,19 +313,15 @@ def read_config_file(path: Path, extra_dims: Mapping[str, int] | None = None) ->
     return parse_config(document, path, extra_dims)
 
 
-PROJECT_ROOT_MARKERS = (".git", "setup.cfg")
-"""Entries that mark a project's root folder, where the config search stops.
-
-A ``pyproject.toml`` without ``[tool.gradcheck]`` does not stop it yet: tests/test_config.py
-still expects the search to pass such a file (see issue 11, item 9).
-"""
+PROJECT_ROOT_MARKERS = (".git", "pyproject.toml", "setup.cfg")
+"""Entries that mark a project's root folder, where the config search stops (as pytest and ruff)."""
 
 
 def find_config_file(start: Path) -> Path | None:
     """The nearest ``gradcheck.toml``, or ``pyproject.toml`` with ``[tool.gradcheck]``.
 
-    The search stops at the project root, the first folder holding ``.git`` or
-    ``setup.cfg`` (as pytest and ruff do), so a config file in
+    The search stops at the project root, the first folder holding ``.git``,
+    ``pyproject.toml`` or ``setup.cfg`` (as pytest and ruff do), so a config file in
     a shared folder above the project, such as ``/tmp``, never applies.
     """
     directory = start if start.is_dir() else start.parent
