@@ -38,7 +38,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-INPUT_DTYPES = (*DTYPES, "int32", "int64")
+INPUT_DTYPES = (*DTYPES, "int32", "int64", "complex64", "complex128")
 DISTRIBUTIONS = ("normal", "uniform", "positive", "spd", "integer")
 
 CONFIG_FILE = "gradcheck.toml"
