@@ -179,6 +179,18 @@ class CallPlan:
 
         return replace(self, arguments=tuple(convert(a) for a in self.arguments))
 
+    def with_constants(self, convert: Callable[[Any], Any]) -> CallPlan:
+        """The same plan with every constant's value passed through ``convert`` (config tables to variables)."""
+
+        def constant(argument: Argument) -> Argument:
+            if argument.role == "list":
+                return replace(argument, items=tuple(constant(item) for item in argument.items))
+            if argument.role != "constant":
+                return argument
+            return replace(argument, value=convert(argument.value))
+
+        return replace(self, arguments=tuple(constant(a) for a in self.arguments))
+
     def with_keywords(self, names: set[str]) -> CallPlan:
         """The same plan passing the named arguments by keyword."""
         moved = [replace(a, keyword=True) if a.name in names else a for a in self.arguments]

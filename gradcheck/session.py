@@ -236,6 +236,15 @@ def _check_config_names(config: Config, subjects: list[Subject]) -> None:
                 f"{config.label}: {plural}.{name}: no {kind} named '{name}' in the targets"
                 f"{closest(name, defined)}{known}"
             )
+    owners = sorted({s.name.split(".", 1)[0] for s in subjects if s.kind == "function" and "." in s.name})
+    for name in config.classes:
+        if name in owners or (config.path is not None and find_definition(config.path.parent, name) is not None):
+            continue
+        known = f"; the targets' classes with checked methods are {', '.join(owners)}" if owners else ""
+        raise ConfigError(
+            f"{config.label}: classes.{name}: no class named '{name}' with checked methods in the targets"
+            f"{closest(name, owners)}{known}"
+        )
 
 
 #: The order in which the reproduce command names settings (the seed first, as ever).

@@ -18,6 +18,7 @@ import numpy as np
 
 from gradcheck import _tf, probing
 from gradcheck.checking.exceptions import UserCodeError, describe_exception
+from gradcheck.config import VariableValue
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, TensorSpec, draw_tensor, plan_call, subject_rng
 from gradcheck.instrument import Outcome, raised_by_gradcheck
@@ -75,28 +76,64 @@ def table_key(request: CheckRequest) -> str:
     return f"[{table}.{name}]"
 
 
-def _init_kwargs(request: CheckRequest) -> dict[str, Any]:
-    return dict(request.config.init) if request.config else {}
+def _init_kwargs(request: CheckRequest, dtype: str = "float64") -> dict[str, Any]:
+    init = dict(request.config.init) if request.config else {}
+    return {name: materialize(value, dtype) for name, value in init.items()}
+
+
+def materialize(value: Any, dtype: str) -> Any:
+    """A config value as the code gets it: a ``{ value = ..., variable = true }`` table becomes a ``tf.Variable``."""
+    if not isinstance(value, VariableValue):
+        return value
+    tf = _tf.tensorflow()
+    array = np.asarray(value.value)
+    chosen = value.dtype or (dtype if array.dtype.kind == "f" else "int32")
+    return tf.Variable(array, dtype=chosen)
 
 
 def _construct(request: CheckRequest, cls: type, kwargs: dict[str, Any], what: str) -> Any:
+    given = sorted(request.config.init) if request.config else []
     try:
         inspect.signature(cls).bind(**kwargs)
     except TypeError as error:
-        raise NeedsConfig(
-            f"{cls.__name__}(...) needs constructor arguments ({error}); add to "
-            f"{request.config_label}: {table_key(request)} init = {{ ... }}"
-        ) from error
+        raise NeedsConfig(_init_hint(request, cls, given, error)) from error
     except ValueError:  # no signature to check against: let the call itself tell
         pass
     try:
         return cls(**kwargs)
     except Exception as error:  # the user's constructor raised
+        described = describe_exception(error, request.subject.path)
+        if not given:
+            advice = f"give its arguments as init = {{...}} in {table_key(request)}"
+        elif re.search(r"\bVariable\b", str(error)):
+            advice = "give the argument it names as { value = ..., variable = true } in init"
+        else:
+            advice = f"it rejected the init values given ({', '.join(given)}): check them"
         raise UserCodeError(
-            f"could not construct {cls.__name__}(**init) for the {what}: "
-            f"{describe_exception(error, request.subject.path)}; give its arguments as "
-            f"init = {{...}} in {table_key(request)}"
+            f"could not construct {cls.__name__}(**init) for the {what}: {described}; {advice}"
         ) from error
+
+
+def _init_hint(request: CheckRequest, cls: type, given: list[str], error: TypeError) -> str:
+    """What to add to ``init``: only the required arguments not given yet, never those just given."""
+    try:
+        parameters = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        parameters = []
+    missing = [
+        p.name
+        for p in parameters
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in given
+    ]
+    wanted = ", ".join(f"{name} = ..." for name in missing) or "..."
+    where = table_key(request)
+    if request.subject.kind == "function" and "." in request.subject.name:
+        where += f" (or [classes.{cls.__name__}], shared by every method)"
+    already = f"; init gives {', '.join(given)}" if given else ""
+    return (
+        f"{cls.__name__}(...) needs constructor arguments ({error}){already}; "
+        f"add to {request.config_label}: {where} init = {{ {wanted} }}"
+    )
 
 
 def build(request: CheckRequest, dtype: str) -> Built:
@@ -108,7 +145,7 @@ def build(request: CheckRequest, dtype: str) -> Built:
     forward = subject.forward
     assert forward is not None
     if subject.binding == "method":
-        instance = _construct(request, subject.owner, _init_kwargs(request), "method")  # type: ignore[arg-type]
+        instance = _construct(request, subject.owner, _init_kwargs(request, dtype), "method")  # type: ignore[arg-type]
         forward = forward.__get__(instance, subject.owner)
         namer = variable_namer(request, instance)
     elif subject.binding == "classmethod":
@@ -133,7 +170,7 @@ def _plan(request: CheckRequest, signature: inspect.Signature, dtype: str) -> Ca
                 continue
             signature_shapes[name] = (tuple(shape.as_list()), spec_dtype.name)
     table = "layers" if subject.kind == "layer" else "functions"
-    return plan_call(
+    plan = plan_call(
         signature,
         request.config,
         request.dims,
@@ -143,13 +180,14 @@ def _plan(request: CheckRequest, signature: inspect.Signature, dtype: str) -> Ca
         request.shape_overrides,
         signature_shapes,
     )
+    return plan.with_constants(lambda value: materialize(value, dtype))
 
 
 def _build_layer(request: CheckRequest, dtype: str) -> Built:
     subject = request.subject
     if isinstance(subject.obj, type):
         cls = subject.obj
-        kwargs = _init_kwargs(request)
+        kwargs = _init_kwargs(request, dtype)
         if "dtype" not in kwargs and _accepts_keyword(cls.__init__, "dtype"):
             kwargs["dtype"] = dtype
         layer = _construct(request, cls, kwargs, "layer")
