@@ -202,4 +202,4 @@ def test_init_writes_integer_complex_and_float32_guesses_that_run(project: Path)
     assert 'signal = { shape = [3, 4], dtype = "complex128" }' in text
     report = run_json(*targets, "--shape-only")
     assert [r["status"] for r in report["results"]] == ["passed"] * 3
-    assert not any("guessed shapes" in n for r in report["results"] for n in r["notes"])
+    assert not any("guessed shapes" in n for r in report["results"] for n in r.get("notes", []))
