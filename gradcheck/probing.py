@@ -101,10 +101,18 @@ class Guess:
     """Draw this parameter positive (an spd matrix where it is square)."""
     source: str = "small shapes"
     """Where the guess came from, for the report's note."""
+    unit: bool = False
+    """Draw every float parameter in (0.1, 0.9): the last resort for domains (probabilities, ``betainc``'s x)."""
 
     def with_positive(self) -> Guess:
         """The same shapes with every float parameter drawn positive."""
         return replace(self, positive=tuple(k == "float" or p for k, p in zip(self.kinds, self.positive)))
+
+    def narrower(self) -> list[Guess]:
+        """The next narrower draw after NaN or a domain error: positive, then the unit interval."""
+        if not self.any_positive:
+            return [self.with_positive()]
+        return [] if self.unit else [replace(self.with_positive(), unit=True)]
 
     @property
     def any_positive(self) -> bool:
@@ -187,7 +195,7 @@ class Search:
         guess = attempt.guess
         if attempt.error is None:
             # It ran but gave NaN or Inf: a domain, most likely.
-            return [guess.with_positive()] if not attempt.finite and not guess.any_positive else []
+            return guess.narrower() if not attempt.finite else []
         learned = learn_from_error(str(attempt.error), guess)
         if not learned and not guess.any_positive:
             # Nothing in the message to go on: the values may be out of the function's domain.
@@ -251,8 +259,8 @@ def learn_from_error(text: str, guess: Guess) -> list[Guess]:
         for chosen in choices:
             kinds = tuple("complex" if i in chosen else kind for i, kind in enumerate(guess.kinds))
             learned.append(replace(guess, kinds=kinds, source="a complex dtype, after TensorFlow's dtype error"))
-    if _DOMAIN.search(text) and not guess.any_positive:
-        learned.append(guess.with_positive())
+    if _DOMAIN.search(text):
+        learned += guess.narrower()
     return learned
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from gradcheck import probing
 from gradcheck.probing import Attempt, Guess, Search, hints_for, learn_from_error
-from tests.helpers import FIXTURES, by_name, invoke, run_json
+from tests.helpers import FIXTURES, by_name, invoke, run_json, write
 
 SIGNATURES = FIXTURES / "probing" / "signatures.py"
 
@@ -203,3 +203,24 @@ def test_init_writes_integer_complex_and_float32_guesses_that_run(project: Path)
     report = run_json(*targets, "--shape-only")
     assert [r["status"] for r in report["results"]] == ["passed"] * 3
     assert not any("guessed shapes" in n for r in report["results"] for n in r.get("notes", []))
+
+
+NAN_ALWAYS = """
+    import numpy as np
+    import tensorflow as tf
+
+
+    @tf.custom_gradient
+    def always_nan(x):
+        def grad(dy):
+            return dy
+        return x * np.nan, grad
+"""
+
+
+def test_a_skip_suggests_only_shapes_the_forward_pass_ran_on(project: Path) -> None:
+    write(project, "nan.py", NAN_ALWAYS)
+    result = run_json("nan.py")["results"][0]
+    assert result["status"] == "skipped"
+    reason = result["skip_reason"]
+    assert "inputs = { x = { shape = [3, 4], low = ..., high = ... } }" in reason

@@ -346,6 +346,9 @@ def guess_specs(guess: probing.Guess, names: tuple[str, ...], dtype: str) -> dic
             specs[name] = TensorSpec(shape, complex_dtype)
         else:
             square = len(shape) >= 2 and shape[-1] == shape[-2]
+            if guess.unit and not square:
+                specs[name] = TensorSpec(shape, dtype, "uniform", 0.1, 0.9)
+                continue
             distribution = ("spd" if square else "positive") if positive else "normal"
             specs[name] = TensorSpec(shape, dtype, distribution)
     return specs
@@ -373,7 +376,11 @@ def probe_note(search: probing.Search, found: probing.Attempt, names: tuple[str,
     ):
         before = search.attempts[-2]
         what = "NaN or Inf" if before.error is None else f"an error ({type(before.error).__name__})"
-        described += f" (positive draws: normal draws gave {what})"
+        described += (
+            f" (draws in [0.1, 0.9): positive draws gave {what})"
+            if guess.unit
+            else f" (positive draws: normal draws gave {what})"
+        )
     elif positive and set(by_name) == set(positive):
         described += (
             f" ({', '.join(by_name)} drawn positive, as {'its name says' if len(by_name) == 1 else 'their names say'})"
