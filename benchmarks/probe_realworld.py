@@ -1,6 +1,9 @@
 """Probing on real custom gradients, before and after issue 10 item 3: which get inputs with no config.
 
-Usage: TF_USE_LEGACY_KERAS=1 PYTHONPATH=. python3 benchmarks/probe_realworld.py /work/research/realworld.toml
+Usage: TF_USE_LEGACY_KERAS=1 PYTHONPATH=. python3 benchmarks/probe_realworld.py /work/research/realworld.toml [SKIP...]
+
+SKIP names functions left out: ``hyp2f1_small_argument``'s series runs for minutes on draws
+outside |z| < 1 (``gradcheck run`` stops it at its 60 s timeout, before and after).
 
 For every public function of the corpus (layers and methods left out: they need ``init``),
 the forward pass is called eagerly, as gradcheck's probing calls it:
@@ -75,7 +78,7 @@ def after(function: Any, names: tuple[str, ...]) -> tuple[str, int]:
         calls += len(search.attempts)
         if found is not None:
             return _describe(found.guess, names) + ("" if dtype == "float64" else " (float32)"), calls
-        if not search.errors or not all(dtype_clash(e) for e in search.errors):
+        if not any(dtype_clash(e) for e in search.errors):
             break
     return "-", calls
 
@@ -89,14 +92,14 @@ def _describe(guess: probing.Guess, names: tuple[str, ...]) -> str:
     return ", ".join(parts)
 
 
-def main(corpus: Path) -> None:
+def main(corpus: Path, skip: set[str]) -> None:
     targets = tomllib.loads(corpus.read_text())["target"]
     print("| target | before (calls) | after (calls) |\n|---|---|---|")
     found = {"before": 0, "after": 0}
     total = 0
     for target in targets:
         module_name, _, name = target["target"].partition("::")
-        if target.get("section") == "layers" or "." in name:
+        if target.get("section") == "layers" or "." in name or name in skip:
             continue
         function = getattr(importlib.import_module(module_name), name)
         parameters = inspect.signature(function).parameters.values()
@@ -113,4 +116,4 @@ def main(corpus: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), set(sys.argv[2:]))

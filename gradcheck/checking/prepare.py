@@ -288,12 +288,16 @@ def probe(request: CheckRequest, plan: CallPlan, built: Built, dtype: str) -> Pr
 
 
 def _stop_probing(attempts: list[probing.Attempt]) -> bool:
-    """Stop early when the last tries failed the same way whatever the shapes: more would not help."""
+    """Stop early where more guesses would not help.
+
+    Float64 inputs meeting float32 code: the check reruns in float32, which
+    probes again. The same error whatever the shapes: a bug, not a shape.
+    """
+    if attempts and attempts[-1].error is not None and dtype_clash(attempts[-1].error):
+        return True
     last = [a.error for a in attempts[-3:]]
     if len(last) < 3 or any(e is None for e in last):
         return False
-    if all(dtype_clash(e) for e in last):  # type: ignore[arg-type]
-        return True
     return len({(type(e), str(e)) for e in last}) == 1 and len({a.guess.shapes for a in attempts[-3:]}) > 1
 
 
@@ -303,8 +307,9 @@ def _no_shapes(request: CheckRequest, search: probing.Search, dtype: str) -> Pro
     errors = search.errors
     if errors and _same_failure_whatever_the_shapes(errors):
         raise UserCodeError(f"forward pass raised: {describe_exception(errors[-1], subject.path)}") from errors[-1]
-    if errors and all(dtype_clash(e) for e in errors) and dtype == "float64":
-        raise NeedsFloat32(errors[-1])
+    clash = next((e for e in reversed(errors) if dtype_clash(e)), None)
+    if clash is not None and dtype == "float64":
+        raise NeedsFloat32(clash)
     names = search.names
     ran = next((a for a in search.attempts if a.error is None), None)
     if ran is not None:
