@@ -26,7 +26,7 @@ from gradcheck.results import InputRecord, format_shape
 from gradcheck.targets import FunctionTarget, LayerTarget, Patch, WrapperTarget
 
 if TYPE_CHECKING:
-    from gradcheck.checking import CheckRequest
+    from gradcheck.checking.request import CheckRequest
 
 #: Exceptions that mean "these shapes do not fit" while probing.
 _SHAPE_ERRORS = ("InvalidArgumentError", "ValueError", "TypeError", "IndexError")
