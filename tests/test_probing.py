@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+import gradcheck
 from gradcheck import probing
 from gradcheck.probing import Attempt, Guess, Search, hints_for, learn_from_error
-from tests.helpers import FIXTURES, by_name, invoke, run_json, write
+from tests.helpers import FIXTURES, by_name, invoke, load_copy, run_json, write
 
 SIGNATURES = FIXTURES / "probing" / "signatures.py"
 
@@ -224,3 +225,12 @@ def test_a_skip_suggests_only_shapes_the_forward_pass_ran_on(project: Path) -> N
     assert result["status"] == "skipped"
     reason = result["skip_reason"]
     assert "inputs = { x = { shape = [3, 4], low = ..., high = ... } }" in reason
+
+
+def test_the_api_probes_as_the_command_line_does(signatures_report: dict[str, Any]) -> None:
+    module = load_copy(SIGNATURES)
+    for name in ("attention_scores", "sparse_xent", "log_det"):
+        result = gradcheck.check(getattr(module, name), shape_only=True)
+        assert result.status == "passed", result
+        shapes = {i.name: (tuple(i.shape), i.dtype) for i in result.inputs}
+        assert shapes == _shapes(signatures_report[name])
