@@ -14,6 +14,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +163,27 @@ def main() -> None:
 _target_argument = click.argument("targets", nargs=-1, required=True, metavar="TARGET...", type=click.Path())
 
 
+@dataclass(frozen=True)
+class _Selection:
+    """``TARGET...`` with ``-c``, ``--shape``, ``--dim`` and ``-k``, as written: what a command looks at."""
+
+    targets: tuple[str, ...]
+    config: Path | None
+    shapes: tuple[str, ...]
+    dims: tuple[str, ...]
+    keyword: str | None
+
+
 def _common_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options ``run`` and ``list`` share; the command receives them as one ``selection``."""
+
+    @functools.wraps(command)
+    def with_selection(
+        *, targets: tuple[str, ...], config: Path | None, shapes: tuple[str, ...], dims: tuple[str, ...], **kwargs: Any
+    ) -> Any:
+        keyword = kwargs.pop("keyword")
+        return command(selection=_Selection(targets, config, shapes, dims, keyword), **kwargs)
+
     options = [
         click.option("-c", "--config", type=click.Path(dir_okay=False, path_type=Path), help="Config file."),
         click.option("--shape", "shapes", multiple=True, metavar="NAME=DIMS", help="Shape of an input, e.g. A=32,16."),
@@ -170,31 +191,29 @@ def _common_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("-k", "keyword", metavar="EXPR", help="Only functions and layers whose id contains EXPR."),
         click.option("-v", "--verbose", count=True, help="More detail; tracebacks for errors."),
     ]
+    wrapped: Callable[..., Any] = with_selection
     for option in reversed(options):
-        command = option(command)
-    return command
+        wrapped = option(wrapped)
+    return wrapped
 
 
 def _run_options(
-    targets: tuple[str, ...],
-    config: Path | None,
-    shapes: tuple[str, ...],
-    dims: tuple[str, ...],
-    keyword: str | None,
+    selection: _Selection,
     given: dict[str, Any],
     narrowing: dict[str, Any] | None = None,
 ) -> Any:
     from gradcheck import session
 
+    config = selection.config
     if config is not None and not config.is_file():
         raise UsageError(f"{config}: config file not found (-c)")
     return session.run_options(
-        targets,
+        selection.targets,
         config_path=config,
         given=given,
-        dims=_parse_pairs(dims, "--dim", _parse_dim),
-        shapes=_parse_pairs(shapes, "--shape", _parse_shape),
-        keyword=keyword,
+        dims=_parse_pairs(selection.dims, "--dim", _parse_dim),
+        shapes=_parse_pairs(selection.shapes, "--shape", _parse_shape),
+        keyword=selection.keyword,
         narrowing=narrowing,
     )
 
@@ -358,11 +377,7 @@ def _console(color: str, stderr: bool = False) -> Any:
 @click.option("-q", "--quiet", count=True, help="Only failures and the summary line.")
 @_guarded
 def run(
-    targets: tuple[str, ...],
-    config: Path | None,
-    shapes: tuple[str, ...],
-    dims: tuple[str, ...],
-    keyword: str | None,
+    selection: _Selection,
     verbose: int,
     shard: str | None,
     changed_since: str | None,
@@ -379,8 +394,8 @@ def run(
     _tf.set_verbose(verbose > 0)
     # Each -o pairs with a --format (pair_reports); the config's format and output fill in the rest.
     formats, outputs = given.pop("format"), given.pop("output")
-    narrowing = _selection_options(shard, changed_since)
-    options = _run_options(targets, config, shapes, dims, keyword, given, narrowing)
+    narrowing = _narrowing(shard, changed_since)
+    options = _run_options(selection, given, narrowing)
     order = click.get_current_context().meta.get(_ORDER_KEY, [])
     reports = _resolve_reports(pair_reports(order, formats, outputs), options)
     for _, path in reports:
@@ -396,7 +411,7 @@ def run(
     return report.exit_code
 
 
-def _selection_options(shard: str | None, changed_since: str | None) -> dict[str, Any]:
+def _narrowing(shard: str | None, changed_since: str | None) -> dict[str, Any]:
     """RunOptions fields for --shard and --changed-since; bad values are a UsageError (before TensorFlow)."""
     from gradcheck import selection
 
@@ -499,19 +514,12 @@ def _append_job_summary(path: Path, markdown: str) -> None:
 @_target_argument
 @_common_options
 @_guarded
-def list_(
-    targets: tuple[str, ...],
-    config: Path | None,
-    shapes: tuple[str, ...],
-    dims: tuple[str, ...],
-    keyword: str | None,
-    verbose: int,
-) -> int:
+def list_(selection: _Selection, verbose: int) -> int:
     """Show what would be checked, with signatures and shapes."""
     from gradcheck import _tf, session
 
     _tf.set_verbose(verbose > 0)
-    options = _run_options(targets, config, shapes, dims, keyword, {})
+    options = _run_options(selection, {})
     listing = session.listing(options)
     for entry in listing:
         click.echo(f"{shown(entry.id)}{shown(entry.signature)}  [{entry.kind}]")
