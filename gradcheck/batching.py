@@ -57,15 +57,9 @@ def stacked_tensor(perturbations: Perturbations, base: np.ndarray, start: int, s
     with the few moved elements scattered in, without a stack-sized numpy array in between."""
     tf = _tf.tensorflow()
     stop = min(stop, perturbations.count)
-    if perturbations.dense:
-        return tf.constant(perturbations.apply(base, start, stop), dtype=dtype)
-    directional = perturbations.directional(start, stop)
-    if directional is not None:
-        # The same float64 products and sums as apply(), elementwise and so rounded alike, on TensorFlow's threads.
-        directions, which, steps = directional
-        moved = tf.constant(directions[which], dtype=tf.float64)
-        steps_tensor = tf.constant(steps.reshape(-1, *[1] * base.ndim), dtype=tf.float64)
-        return tf.cast(tf.constant(base[None], dtype=tf.float64) + steps_tensor * moved, dtype)
+    if perturbations.dense or perturbations.directed:
+        out = _tf.aligned_empty((stop - start, *perturbations.shape)) if dtype == "float64" else None
+        return _tf.adopt(perturbations.apply(base, start, stop, out=out), dtype)
     rows, elements, amounts = perturbations.moves(start, stop)
     flat = tf.constant(base.reshape(1, -1), dtype=dtype)
     stacked = tf.tensor_scatter_nd_add(
@@ -112,9 +106,11 @@ class Batcher:
     def losses(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> BatchedLoss:
         """The loss at perturbations of ``values``, one input at a time, by each input's strategy."""
 
+        center: list[tuple[float, float]] = []  # the loss at ``values`` itself, once known: every input shares it
+
         def evaluate(name: str, perturbations: Perturbations) -> tuple[np.ndarray, np.ndarray]:
             if name not in self.strategies and self._leaf(name) is not None and perturbations.count >= 2:
-                return self._choose_on(values, upstreams, name, perturbations)
+                return self._choose_on(values, upstreams, name, perturbations, center)
             strategy = self.strategy(name, values, upstreams)
             if strategy == "stack":
                 return self._stacked_losses(values, upstreams, name, perturbations)
@@ -221,7 +217,12 @@ class Batcher:
         return self.strategies[name][0]
 
     def _choose_on(
-        self, values: dict[str, Any], upstreams: list[np.ndarray], name: str, perturbations: Perturbations
+        self,
+        values: dict[str, Any],
+        upstreams: list[np.ndarray],
+        name: str,
+        perturbations: Perturbations,
+        center: list[tuple[float, float]],
     ) -> tuple[np.ndarray, np.ndarray]:
         """Choose the strategy on a stack that is needed anyway, and return its losses.
 
@@ -232,7 +233,15 @@ class Batcher:
         directional stacks are the first a check evaluates.
         """
         checked = np.array([0, perturbations.count - 1])
-        single = [self.forward.loss({**values, name: values[name] + perturbations.row(i)}, upstreams) for i in checked]
+        single = []
+        for index in checked:
+            row = perturbations.row(index)
+            if center and not np.any(row):
+                single.append(center[0])
+                continue
+            single.append(self.forward.loss({**values, name: values[name] + row}, upstreams))
+            if not np.any(row):
+                center.append(single[-1])
         expected = (np.array([t for t, _ in single]), np.array([s for _, s in single]))
         found = self._first_agreeing(values, upstreams, name, perturbations, checked, expected)
         if found is not None:

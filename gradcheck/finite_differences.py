@@ -86,27 +86,34 @@ class Perturbations:
         """True when the rows are whole arrays (:meth:`moves` then has nothing to say)."""
         return self._dense is not None
 
-    def directional(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """For rows along directions, rows ``start:stop`` as (all the directions, each row's direction, its step);
-        None for other rows."""
-        if self._along is None:
-            return None
-        directions, which, steps = self._along
-        return directions, which[start:stop], steps[start:stop]
+    @property
+    def directed(self) -> bool:
+        """True when the rows are steps along directions (built whole by :meth:`apply`)."""
+        return self._along is not None
 
     def moves(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For sparse rows ``start:stop``: each move's row (counted from ``start``), flat element and amount."""
         chosen = (self._rows >= start) & (self._rows < stop)  # type: ignore[operator]
         return self._rows[chosen] - start, self._elements[chosen], self._amounts[chosen]  # type: ignore[index]
 
-    def apply(self, base: np.ndarray, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """``base`` plus rows ``start:stop``, stacked along a new leading axis."""
+    def apply(
+        self, base: np.ndarray, start: int = 0, stop: int | None = None, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """``base`` plus rows ``start:stop``, stacked along a new leading axis (into ``out``, where given,
+        for dense rows and rows along directions)."""
         stop = self.count if stop is None else min(stop, self.count)
         if self._dense is not None:
-            return base[None] + self._dense[start:stop]
+            return np.add(base[None], self._dense[start:stop], out=out)
         if self._along is not None:
+            # Row by row into one stack-sized array: the same products and sums as base + step * direction,
+            # in two passes over each row.
             directions, which, steps = self._along
-            return base[None] + steps[start:stop].reshape(-1, *[1] * base.ndim) * directions[which[start:stop]]
+            stacked = np.empty((stop - start, *self.shape)) if out is None else out
+            for row, index in enumerate(range(start, stop)):
+                view = stacked[row, ...]  # a view even for a scalar input
+                np.multiply(directions[which[index]], steps[index], out=view)
+                view += base
+            return stacked
         stacked = np.repeat(base.reshape(1, -1), stop - start, axis=0)
         rows, elements, amounts = self.moves(start, stop)
         np.add.at(stacked, (rows, elements), amounts)
