@@ -383,13 +383,17 @@ def adopt(array: Any, dtype: str) -> Any:
     converted (and so copied) as ``tf.constant`` would.
     """
     import numpy as np
-    from tensorflow.python.eager import context
-    from tensorflow.python.framework import ops
 
     tf = tensorflow()
     target = tf.as_dtype(dtype)
     if not isinstance(array, np.ndarray) or array.dtype != target.as_numpy_dtype or not array.flags.c_contiguous:
         return tf.constant(array, dtype=target)
-    ctx = context.context()
-    ctx.ensure_initialized()
-    return ops.EagerTensor(array, ctx.device_name, target.as_datatype_enum)
+    try:  # what tf.constant does after its copy; internals, so any change in them falls back to it
+        from tensorflow.python.eager import context
+        from tensorflow.python.framework import ops
+
+        ctx = context.context()
+        ctx.ensure_initialized()
+        return ops.EagerTensor(array, ctx.device_name, target.as_datatype_enum)
+    except (ImportError, AttributeError, TypeError):
+        return tf.constant(array, dtype=target)
