@@ -12,6 +12,13 @@ seconds, the ratio to compute_gradient, how many times Python called the
 forward and the backward function (a batched or traced call counts once),
 the peak resident memory added during the run, and the verdict. Every case's
 custom gradient is correct, so every verdict should be "passed".
+
+A second table measures fast mode against its floor: one forward and
+backward pass of the same custom gradient (eagerly, under a tape, with the
+gradients fetched as numpy arrays), timed in the same process right before
+each fast check; ``--repeats`` pairs, the median ratios reported, of
+wall-clock time and of CPU time. A ratio is steadier than either time on a
+busy machine, and the CPU-time ratio steadier than the wall-clock one.
 """
 
 from __future__ import annotations
@@ -196,6 +203,57 @@ def _measure(case: Case, method: str, limit: float) -> Row:
     return Row(case.name, method, seconds, None, CALLS["forward"], CALLS["backward"], memory.added_mb, verdict)
 
 
+#: The cases fast mode is held to at most 10x one forward+backward pass on (issue 12).
+PASS_CASES = ("matmul (512,512)x(512,512)", "softplus 10^6")
+
+
+def _one_pass(case: Case, arrays: list[Any]) -> None:
+    """One forward and backward pass of the custom gradient, as training would run it."""
+    with tf.GradientTape() as tape:
+        for array in arrays:
+            tape.watch(array)
+        output = case.function(*arrays)
+    for gradient in tape.gradient(output, arrays, output_gradients=tf.ones_like(output)):
+        gradient.numpy()
+
+
+def _timed(run: Callable[[], Any]) -> tuple[float, float]:
+    """Wall-clock and CPU seconds (all threads of this process) of one run."""
+    gc.collect()
+    wall, cpu = time.perf_counter(), time.process_time()
+    run()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def fast_against_pass(case: Case, repeats: int) -> tuple[float, float, float, float]:
+    """Medians over ``repeats`` pairs: seconds of one pass, of one fast check, their wall-clock ratio and their
+    CPU-time ratio (the steadier one while other processes share the cores)."""
+    arrays = _arrays(case)
+    _one_pass(case, arrays)
+    passes, checks, walls, cpus = [], [], [], []
+    for _ in range(repeats):
+        one = np.median([_timed(lambda: _one_pass(case, arrays)) for _ in range(3)], axis=0)
+        check = _timed(lambda: gradcheck.check(case.function, inputs=case.inputs, mode="fast"))
+        passes.append(one[0])
+        checks.append(check[0])
+        walls.append(check[0] / one[0])
+        cpus.append(check[1] / one[1])
+    return tuple(float(np.median(x)) for x in (passes, checks, walls, cpus))  # type: ignore[return-value]
+
+
+def _print_against_pass(only: str | None, repeats: int) -> None:
+    print()
+    print(f"fast mode against one forward+backward pass of the same custom gradient (median of {repeats}):")
+    print()
+    print("| case | one pass (ms) | fast check (ms) | fast / pass, wall clock | fast / pass, CPU time |")
+    print("|---|---|---|---|---|")
+    for case in CASES:
+        if case.name not in PASS_CASES or (only and only not in case.name):
+            continue
+        one, check, wall, cpu = fast_against_pass(case, repeats)
+        print(f"| {case.name} | {one * 1e3:.0f} | {check * 1e3:.0f} | {wall:.1f}x | {cpu:.1f}x |", flush=True)
+
+
 def _warm_up() -> None:
     small = CASES[0]
     _compute_gradient(small)
@@ -207,10 +265,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=float, default=60.0, help="skip compute_gradient beyond this estimate")
     parser.add_argument("--only", help="run the cases whose name contains this")
+    parser.add_argument("--repeats", type=int, default=5, help="pass/check pairs for the fast-mode ratio")
+    parser.add_argument("--against-pass", action="store_true", help="only the fast-mode ratio to one pass")
     args = parser.parse_args(argv)
     _warm_up()
     methods = ("compute_gradient", "full", "fast", "shape-only")
     print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs; times after import and a warm-up call")
+    if args.against_pass:
+        _print_against_pass(args.only, args.repeats)
+        return 0
     print()
     print("| case | method | seconds | vs compute_gradient | forward calls | backward calls | peak memory | verdict |")
     print("|---|---|---|---|---|---|---|---|")
@@ -233,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row.memory_mb:.0f} MB | {row.verdict} |",
                 flush=True,
             )
+    _print_against_pass(args.only, args.repeats)
     return 0
 
 

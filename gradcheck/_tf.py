@@ -357,3 +357,43 @@ def is_tf_own(obj: Any) -> bool:
     """True for TensorFlow's own decorators imported into a user's namespace."""
     module = getattr(obj, "__module__", "") or ""
     return module.startswith(("tensorflow", "keras", "tf_keras"))
+
+
+#: TensorFlow shares the memory of a numpy array aligned to this many bytes instead of copying it.
+_ALIGNMENT = 64
+
+
+def aligned_empty(shape: tuple[int, ...]) -> Any:
+    """An uninitialised float64 array that :func:`adopt` hands to TensorFlow without a copy."""
+    import numpy as np
+
+    size = int(np.prod(shape, dtype=np.int64))
+    raw = np.empty(size * 8 + _ALIGNMENT, dtype=np.uint8)
+    offset = -raw.ctypes.data % _ALIGNMENT
+    return raw[offset : offset + size * 8].view(np.float64).reshape(shape)
+
+
+def adopt(array: Any, dtype: str) -> Any:
+    """A tensor of ``dtype`` over a numpy array the caller built for it and no longer touches.
+
+    ``tf.constant`` copies every numpy array first, in case the caller changes
+    it later, and TensorFlow copies again unless the array is 64-byte aligned
+    (:func:`aligned_empty`); for a stack of perturbed inputs each copy is a
+    pass over tens of MB per forward call. Arrays of another dtype are
+    converted (and so copied) as ``tf.constant`` would.
+    """
+    import numpy as np
+
+    tf = tensorflow()
+    target = tf.as_dtype(dtype)
+    if not isinstance(array, np.ndarray) or array.dtype != target.as_numpy_dtype or not array.flags.c_contiguous:
+        return tf.constant(array, dtype=target)
+    try:  # what tf.constant does after its copy; internals, so any change in them falls back to it
+        from tensorflow.python.eager import context
+        from tensorflow.python.framework import ops
+
+        ctx = context.context()
+        ctx.ensure_initialized()
+        return ops.EagerTensor(array, ctx.device_name, target.as_datatype_enum)
+    except (ImportError, AttributeError, TypeError):
+        return tf.constant(array, dtype=target)

@@ -20,10 +20,6 @@ from gradcheck.finite_differences import BATCH_FLOATS, EPSILON, BatchedLoss, Per
 from gradcheck.inputs import CallPlan
 from gradcheck.instrument import raised_by_gradcheck
 
-#: Stacks up to this many rows also get exact per-row rounding scales; larger ones (full
-#: mode's) take the scale from their center row, which a separate one-row call provides.
-_SCALED_ROWS = 16
-
 
 class NotBatchable(ValueError):
     """The function does not keep a new leading axis apart."""
@@ -61,8 +57,9 @@ def stacked_tensor(perturbations: Perturbations, base: np.ndarray, start: int, s
     with the few moved elements scattered in, without a stack-sized numpy array in between."""
     tf = _tf.tensorflow()
     stop = min(stop, perturbations.count)
-    if perturbations.dense:
-        return tf.constant(perturbations.apply(base, start, stop), dtype=dtype)
+    if perturbations.dense or perturbations.directed:
+        out = _tf.aligned_empty((stop - start, *perturbations.shape)) if dtype == "float64" else None
+        return _tf.adopt(perturbations.apply(base, start, stop, out=out), dtype)
     rows, elements, amounts = perturbations.moves(start, stop)
     flat = tf.constant(base.reshape(1, -1), dtype=dtype)
     stacked = tf.tensor_scatter_nd_add(
@@ -71,15 +68,17 @@ def stacked_tensor(perturbations: Perturbations, base: np.ndarray, start: int, s
     return tf.reshape(stacked, (stop - start, *perturbations.shape))
 
 
-def _stacked_loss(outputs: list[Any], upstreams: list[Any], rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of a stacked evaluation, the loss (and its rounding scale); raises if rows did not stay apart.
+def _stacked_loss(outputs: list[Any], upstreams: list[Any], rows: int, scaled: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a stacked evaluation, the loss; raises if rows did not stay apart.
 
     Reduced inside TensorFlow as one matrix-vector product per output, so
-    only a number or two per row come back.
+    only a number per row comes back. With ``scaled``, the first row also
+    gets its rounding scale (NaN for the others): callers only use the scale
+    at the center, which comes first in its stack.
     """
     tf = _tf.tensorflow()
     total = tf.zeros([rows], dtype=tf.float64)
-    scale = tf.zeros([rows], dtype=tf.float64)
+    scale = tf.zeros([1], dtype=tf.float64)
     for output, upstream in zip(outputs, upstreams):
         expected = (rows, *upstream.shape.as_list())
         if tuple(output.shape.as_list()) != expected:
@@ -87,9 +86,11 @@ def _stacked_loss(outputs: list[Any], upstreams: list[Any], rows: int) -> tuple[
         flat = tf.reshape(tf.cast(output, tf.float64), [rows, -1])
         weights = tf.reshape(upstream, [-1])
         total += tf.linalg.matvec(flat, weights)
-        if rows <= _SCALED_ROWS:
-            scale += tf.linalg.matvec(tf.abs(flat), tf.abs(weights))
-    scales = scale.numpy() if rows <= _SCALED_ROWS else np.full(rows, np.nan)
+        if scaled:
+            scale += tf.linalg.matvec(tf.abs(flat[:1]), tf.abs(weights))
+    scales = np.full(rows, np.nan)
+    if scaled:
+        scales[0] = scale.numpy()[0]
     return total.numpy(), scales
 
 
@@ -105,7 +106,11 @@ class Batcher:
     def losses(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> BatchedLoss:
         """The loss at perturbations of ``values``, one input at a time, by each input's strategy."""
 
+        center: list[tuple[float, float]] = []  # the loss at ``values`` itself, once known: every input shares it
+
         def evaluate(name: str, perturbations: Perturbations) -> tuple[np.ndarray, np.ndarray]:
+            if name not in self.strategies and self._leaf(name) is not None and perturbations.count >= 2:
+                return self._choose_on(values, upstreams, name, perturbations, center)
             strategy = self.strategy(name, values, upstreams)
             if strategy == "stack":
                 return self._stacked_losses(values, upstreams, name, perturbations)
@@ -139,7 +144,7 @@ class Batcher:
             stacked = stacked_tensor(perturbations, base, start, start + rows, leaf.spec.dtype)
             tensors[name] = stacked
             outputs = self.forward.native_outputs(tensors)
-            total, scale = _stacked_loss(outputs, upstream_list, int(stacked.shape[0]))
+            total, scale = _stacked_loss(outputs, upstream_list, int(stacked.shape[0]), scaled=start == 0)
             totals.append(total)
             scales.append(scale)
         return np.concatenate(totals), np.concatenate(scales)
@@ -196,7 +201,7 @@ class Batcher:
         return entry
 
     def strategy(self, name: str, values: dict[str, Any], upstreams: list[np.ndarray]) -> str:
-        """How to evaluate many perturbations of ``name``: chosen once, by trying and checking."""
+        """How to evaluate many perturbations of ``name``: chosen once, by trying and checking on random probes."""
         if name in self.strategies:
             return self.strategies[name][0]
         if self._leaf(name) is None:
@@ -207,23 +212,75 @@ class Batcher:
         probes = Perturbations.from_dense(
             1e-3 * rng.standard_normal(size=(3, *base.shape)) * np.maximum(1.0, np.abs(base))
         )
-        expected_total, expected_scale = one_at_a_time(lambda moved: self.forward.loss(moved, upstreams), values)(
-            name, probes
-        )
+        expected = one_at_a_time(lambda moved: self.forward.loss(moved, upstreams), values)(name, probes)
+        self._first_agreeing(values, upstreams, name, probes, np.arange(3), expected)
+        return self.strategies[name][0]
+
+    def _choose_on(
+        self,
+        values: dict[str, Any],
+        upstreams: list[np.ndarray],
+        name: str,
+        perturbations: Perturbations,
+        center: list[tuple[float, float]],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Choose the strategy on a stack that is needed anyway, and return its losses.
+
+        Its first and last rows, evaluated one at a time, are what a strategy
+        must reproduce: a function that mixes the rows of a stack (a sum or a
+        normalisation over the leading axis, a cumulative sum) changes one of
+        them. Spares the random probes of :meth:`strategy`: fast mode's
+        directional stacks are the first a check evaluates.
+        """
+        checked = np.array([0, perturbations.count - 1])
+        single = []
+        for index in checked:
+            row = perturbations.row(index)
+            if center and not np.any(row):
+                single.append(center[0])
+                continue
+            single.append(self.forward.loss({**values, name: values[name] + row}, upstreams))
+            if not np.any(row):
+                center.append(single[-1])
+        expected = (np.array([t for t, _ in single]), np.array([s for _, s in single]))
+        found = self._first_agreeing(values, upstreams, name, perturbations, checked, expected)
+        if found is not None:
+            return found
+        rest = [i for i in range(perturbations.count) if i not in checked]
+        totals, scales = np.empty(perturbations.count), np.empty(perturbations.count)
+        totals[checked], scales[checked] = expected
+        for index in rest:
+            totals[index], scales[index] = self.forward.loss(
+                {**values, name: values[name] + perturbations.row(index)}, upstreams
+            )
+        return totals, scales
+
+    def _first_agreeing(
+        self,
+        values: dict[str, Any],
+        upstreams: list[np.ndarray],
+        name: str,
+        perturbations: Perturbations,
+        checked: np.ndarray,
+        expected: tuple[np.ndarray, np.ndarray],
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Record the first batched strategy whose losses at rows ``checked`` match one-at-a-time evaluation
+        (``loop`` where none does, and why) and return its losses at every row (None for ``loop``)."""
+        expected_total, expected_scale = expected
         dtype = self._leaf(name).spec.dtype
         tolerance = 1e3 * EPSILON.get(dtype, 1e-7) * (expected_scale + np.abs(expected_total)) + 1e-300
         reasons = []
         for strategy, evaluate in (("stack", self._stacked_losses), ("vectorized", self._vectorized_losses)):
             try:
-                total, _ = evaluate(values, upstreams, name, probes)
+                total, scale = evaluate(values, upstreams, name, perturbations)
             except Exception as error:  # the function does not batch this way
                 if raised_by_gradcheck(error):
                     raise
                 reasons.append(f"{strategy}: {type(error).__name__}")
                 continue
-            if total.shape == expected_total.shape and np.all(np.abs(total - expected_total) <= tolerance):
+            if total.shape == (perturbations.count,) and np.all(np.abs(total[checked] - expected_total) <= tolerance):
                 self.strategies[name] = (strategy, "")
-                return strategy
+                return total, scale
             reasons.append(f"{strategy}: results differ from one-at-a-time evaluation")
         self.strategies[name] = ("loop", "; ".join(reasons))
-        return "loop"
+        return None

@@ -10,7 +10,7 @@ agrees with a gradient is :mod:`gradcheck.compare`'s.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,11 +35,13 @@ def default_step(dtype: str) -> float:
 
 
 class Perturbations:
-    """A stack of perturbations of one input: dense rows, or a few scaled elements per row.
+    """A stack of perturbations of one input: dense rows, a few scaled elements per row, or steps along directions.
 
     Full mode perturbs one element (or a symmetric pair) per row; keeping
     those rows sparse spares building, copying and adding a dense array the
-    size of the input for every element.
+    size of the input for every element. Fast mode moves the input by a few
+    steps along each of a few directions; those rows are kept as the
+    directions and the steps, so a stack of them is built where it is used.
     """
 
     def __init__(
@@ -50,13 +52,15 @@ class Perturbations:
         elements: np.ndarray | None = None,
         amounts: np.ndarray | None = None,
         count: int = 0,
+        along: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> None:
         self.shape = shape
         self._dense = dense
         self._rows = rows
         self._elements = elements
         self._amounts = amounts
-        self.count = len(dense) if dense is not None else count
+        self._along = along
+        self.count = len(dense) if dense is not None else len(along[1]) if along is not None else count
 
     @classmethod
     def from_dense(cls, deltas: np.ndarray) -> Perturbations:
@@ -70,21 +74,46 @@ class Perturbations:
         """Row ``rows[i]`` moves flat element ``elements[i]`` by ``amounts[i]``."""
         return cls(shape, rows=rows, elements=elements, amounts=amounts, count=count)
 
+    @classmethod
+    def along_directions(cls, directions: np.ndarray, which: np.ndarray, steps: np.ndarray) -> Perturbations:
+        """Row ``k`` moves the input by ``steps[k] * directions[which[k]]``."""
+        directions = np.asarray(directions, dtype=np.float64)
+        along = (directions, np.asarray(which, dtype=np.int64), np.asarray(steps, dtype=np.float64))
+        return cls(tuple(directions.shape[1:]), along=along)
+
     @property
     def dense(self) -> bool:
         """True when the rows are whole arrays (:meth:`moves` then has nothing to say)."""
         return self._dense is not None
+
+    @property
+    def directed(self) -> bool:
+        """True when the rows are steps along directions (built whole by :meth:`apply`)."""
+        return self._along is not None
 
     def moves(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For sparse rows ``start:stop``: each move's row (counted from ``start``), flat element and amount."""
         chosen = (self._rows >= start) & (self._rows < stop)  # type: ignore[operator]
         return self._rows[chosen] - start, self._elements[chosen], self._amounts[chosen]  # type: ignore[index]
 
-    def apply(self, base: np.ndarray, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """``base`` plus rows ``start:stop``, stacked along a new leading axis."""
+    def apply(
+        self, base: np.ndarray, start: int = 0, stop: int | None = None, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """``base`` plus rows ``start:stop``, stacked along a new leading axis (into ``out``, where given,
+        for dense rows and rows along directions)."""
         stop = self.count if stop is None else min(stop, self.count)
         if self._dense is not None:
-            return base[None] + self._dense[start:stop]
+            return np.add(base[None], self._dense[start:stop], out=out)
+        if self._along is not None:
+            # Row by row into one stack-sized array: the same products and sums as base + step * direction,
+            # in two passes over each row.
+            directions, which, steps = self._along
+            stacked = np.empty((stop - start, *self.shape)) if out is None else out
+            for row, index in enumerate(range(start, stop)):
+                view = stacked[row, ...]  # a view even for a scalar input
+                np.multiply(directions[which[index]], steps[index], out=view)
+                view += base
+            return stacked
         stacked = np.repeat(base.reshape(1, -1), stop - start, axis=0)
         rows, elements, amounts = self.moves(start, stop)
         np.add.at(stacked, (rows, elements), amounts)
@@ -94,6 +123,9 @@ class Perturbations:
         """Row ``index`` as a whole array."""
         if self._dense is not None:
             return self._dense[index]
+        if self._along is not None:
+            directions, which, steps = self._along
+            return steps[index] * directions[which[index]]
         delta = np.zeros(int(np.prod(self.shape, dtype=np.int64)))
         chosen = self._rows == index
         np.add.at(delta, self._elements[chosen], self._amounts[chosen])  # type: ignore[index]
@@ -103,7 +135,9 @@ class Perturbations:
 #: ``loss(values)``: ``sum_i <upstream_i, output_i>`` and its rounding scale, at one point.
 Loss = Callable[[dict[str, Any]], tuple[float, float]]
 #: ``losses(name, perturbations)``: the loss and its rounding scale at ``values[name] + row``
-#: for every row of a stack of perturbations of one input, as two arrays.
+#: for every row of a stack of perturbations of one input, as two arrays. Only the first row's
+#: scale is certain to be there (a stacked evaluation gives NaN for the rest): callers put the
+#: center, the one point whose scale they use, first.
 BatchedLoss = Callable[[str, Perturbations], tuple[np.ndarray, np.ndarray]]
 
 
@@ -177,12 +211,28 @@ def directional_derivative(
     losses: BatchedLoss, name: str, direction: np.ndarray, step: float, dtype: str
 ) -> DirectionalEstimate:
     """Central differences along ``direction`` at steps ``h`` and ``2h``: one batch of five points."""
-    deltas = np.stack(
-        [np.zeros_like(direction), step * direction, -step * direction, 2 * step * direction, -2 * step * direction]
-    )
-    totals, scales = losses(name, Perturbations.from_dense(deltas))
-    estimate, error = richardson(totals[0], scales[0], *totals[1:], step, dtype)
-    return DirectionalEstimate(float(estimate), float(error), len(deltas))
+    return directional_derivatives(losses, name, [direction], step, dtype)[0]
+
+
+def directional_derivatives(
+    losses: BatchedLoss, name: str, directions: Sequence[np.ndarray], step: float, dtype: str
+) -> list[DirectionalEstimate]:
+    """Central differences along each direction at steps ``h`` and ``2h``, as one stack.
+
+    The stack holds the point itself once (the center every direction
+    shares) and then ``+h``, ``-h``, ``+2h``, ``-2h`` along each direction:
+    ``1 + 4k`` losses for ``k`` directions, in as few forward calls as the
+    loss allows. The first estimate counts the center among its evaluations.
+    """
+    count = len(directions)
+    steps = np.array([0.0] + [step, -step, 2 * step, -2 * step] * count)
+    which = np.array([0] + [index for index in range(count) for _ in range(4)])
+    totals, scales = losses(name, Perturbations.along_directions(np.stack(directions), which, steps))
+    moved = totals[1:].reshape(count, 4)
+    estimates, errors = richardson(totals[0], scales[0], *moved.T, step, dtype)
+    return [
+        DirectionalEstimate(float(estimates[index]), float(errors[index]), 4 + (index == 0)) for index in range(count)
+    ]
 
 
 def element_directions(shape: tuple[int, ...], symmetric: bool) -> list[tuple[tuple[int, ...], ...]]:

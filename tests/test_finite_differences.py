@@ -16,6 +16,7 @@ from gradcheck.finite_differences import (
     Perturbations,
     default_step,
     directional_derivative,
+    directional_derivatives,
     element_directions,
     finite_difference_gradient,
     one_at_a_time,
@@ -262,3 +263,41 @@ def test_symmetric_groups_cover_each_pair_once() -> None:
     assert ((1, 0, 2), (1, 2, 0)) in groups and ((1, 2, 2),) in groups
     assert len(element_directions((2, 3), symmetric=False)) == 6
     assert element_directions((4,), symmetric=True) == [((i,),) for i in range(4)]
+
+
+def test_directions_along_perturbations_agree_with_dense_rows() -> None:
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((2, 3))
+    directions = rng.standard_normal((2, 2, 3))
+    which = np.array([0, 0, 1, 1, 0])
+    steps = np.array([0.0, 1e-3, -1e-3, 2e-3, -2e-3])
+    along = Perturbations.along_directions(directions, which, steps)
+    dense = Perturbations.from_dense(np.stack([step * directions[w] for w, step in zip(which, steps)]))
+    assert along.directed and not along.dense and along.count == 5
+    # Exactly the same floats: base + step * direction, whichever way the stack is built.
+    assert np.array_equal(along.apply(base), dense.apply(base))
+    assert np.array_equal(along.apply(base, 1, 4), dense.apply(base, 1, 4))
+    out = np.empty((2, 2, 3))
+    assert along.apply(base, 3, 5, out=out) is out and np.array_equal(out, dense.apply(base, 3, 5))
+    assert all(np.array_equal(along.row(i), dense.row(i)) for i in range(5))
+
+
+def test_directional_derivatives_share_one_stack_and_its_center() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(5)
+    directions = [rng.standard_normal(5) for _ in range(3)]
+    loop = one_at_a_time(_loss(np.sin), {"x": x})
+    counts: list[int] = []
+
+    def losses(name: str, perturbations: Perturbations) -> tuple[np.ndarray, np.ndarray]:
+        counts.append(perturbations.count)
+        return loop(name, perturbations)
+
+    together = directional_derivatives(losses, "x", directions, 1e-4, "float64")
+    assert counts == [1 + 4 * 3]
+    assert [e.evaluations for e in together] == [5, 4, 4]
+    # The same estimates and bounds, to the bit, as one stack of five points per direction.
+    for direction, estimate in zip(directions, together):
+        alone = directional_derivative(loop, "x", direction, 1e-4, "float64")
+        assert (estimate.value, estimate.error) == (alone.value, alone.error)
+        assert estimate.value == pytest.approx(float(np.dot(np.cos(x), direction)), rel=1e-8)

@@ -114,3 +114,44 @@ def test_batched_losses_leave_no_reference_cycles() -> None:
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+def _sin_harness(function):  # type: ignore[no-untyped-def]
+    harness = Harness(FunctionTarget(function), _plan(x=(6,)))
+    rng = np.random.default_rng(5)
+    values = {"x": rng.standard_normal(6)}
+    upstreams = [rng.standard_normal(6)]
+    harness.outputs(values)
+    return harness, values, upstreams
+
+
+def _directed(rows: int) -> Perturbations:
+    rng = np.random.default_rng(6)
+    return Perturbations.along_directions(
+        rng.standard_normal((1, 6)), np.zeros(rows, dtype=int), np.linspace(-1e-3, 1e-3, rows)
+    )
+
+
+def test_strategy_is_chosen_on_the_first_stack_of_several_rows() -> None:
+    def f(x):
+        return tf.sin(x), None
+
+    harness, values, upstreams = _sin_harness(f)
+    stack = _directed(5)
+    totals, scales = harness.losses(values, upstreams)("x", stack)
+    assert harness.batching["x"] == ("stack", "")
+    expected = [harness.loss({"x": values["x"] + stack.row(i)}, upstreams) for i in range(5)]
+    assert np.allclose(totals, [t for t, _ in expected], rtol=1e-13, atol=0)
+    assert scales[0] == pytest.approx(expected[0][1], rel=1e-13)
+
+
+def test_a_function_that_mixes_the_rows_of_a_stack_is_not_stacked() -> None:
+    def f(x):  # a cumulative sum over the leading axis: harmless for one x, mixes a stack's rows
+        return tf.sin(tf.cumsum(x)), None
+
+    harness, values, upstreams = _sin_harness(f)
+    stack = _directed(5)
+    totals, _ = harness.losses(values, upstreams)("x", stack)
+    assert harness.batching["x"][0] != "stack"
+    expected = [harness.loss({"x": values["x"] + stack.row(i)}, upstreams)[0] for i in range(5)]
+    assert np.allclose(totals, expected, rtol=1e-12, atol=0)

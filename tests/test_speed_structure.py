@@ -37,6 +37,15 @@ def test_fast_mode_work_does_not_grow_with_size(counted: Any) -> None:
     assert large < 40
 
 
+def test_fast_mode_calls_the_forward_pass_seven_times_for_one_input(counted: Any) -> None:
+    # The first forward pass, the custom gradient eagerly and traced, native autodiff, the loss at the
+    # point itself and at the last perturbation one at a time (checking that stacking keeps rows apart),
+    # and one stack holding every direction's perturbations. Issue 12 item 1: was 12.
+    calls, result = _forward_calls(counted, "scaled_tanh", inputs={"x": (64, 64)})
+    assert result.status == "passed"
+    assert calls == 7
+
+
 def test_full_mode_batches_finite_differences(counted: Any) -> None:
     elements = 32 * 32
     calls, result = _forward_calls(counted, "scaled_tanh", inputs={"x": (32, 32)}, mode="full")

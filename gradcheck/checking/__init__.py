@@ -94,6 +94,8 @@ class _Prepared:
     plan: CallPlan
     harness: Harness
     draws: Draws
+    outputs: list[np.ndarray] | None
+    """The forward outputs at draw 0, from the first forward pass; None where a layer's weights were redrawn since."""
 
 
 def _path(request: CheckRequest) -> str | None:
@@ -135,7 +137,8 @@ def _attempt(request: CheckRequest, findings: _Findings, keywords: frozenset[str
     if not isinstance(prepared, _Prepared):
         return prepared
     values, upstreams = prepared.draws(0)
-    if any(not np.all(np.isfinite(o)) for o in prepared.harness.outputs(values)):
+    outputs = prepared.outputs if prepared.outputs is not None else prepared.harness.outputs(values)
+    if any(not np.all(np.isfinite(o)) for o in outputs):
         findings.problems.append(_non_finite_forward())
         return "failed"
     outcomes = {e: prepared.harness.custom(values, upstreams, e) for e in request.settings.executions}
@@ -186,7 +189,8 @@ def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str
             return _float32(request, findings, error)
         findings.problems.append(exception_problem("forward pass raised", error, _path(request)))
         return "error"
-    if built.layer is not None and built.fresh_layer:
+    redrawn = built.layer is not None and built.fresh_layer
+    if redrawn:
         rng = subject_rng(request.settings.seed, request.subject.name + ":weights", 0)
         redraw_layer_weights(values, built.layer, harness, rng)
     draws = Draws(request.settings.seed, request.subject.name, plan, harness)
@@ -194,7 +198,7 @@ def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str
     if not outputs:
         findings.skip_reason = "the forward pass has no float outputs: there is no gradient to check"
         return "skipped"
-    return _Prepared(built, plan, harness, draws)
+    return _Prepared(built, plan, harness, draws, None if redrawn else outputs)
 
 
 def _float32(request: CheckRequest, findings: _Findings, error: BaseException) -> str | _Retry:

@@ -36,7 +36,7 @@ from gradcheck.config import Settings
 from gradcheck.finite_differences import (
     BatchedLoss,
     default_step,
-    directional_derivative,
+    directional_derivatives,
     finite_difference_gradient,
     one_at_a_time,
 )
@@ -290,15 +290,19 @@ def projected_evidence(
     seed = f"{judging.subject_name}:{name}:directions:{judged.order}"
     rng = subject_rng(judging.settings.seed, seed, judged.draw)
     native_usable = native_gradient is not None and bool(np.all(np.isfinite(native_gradient)))
-    projections, native_hits = [], []
+    scale = _scale(judged)
+    directions = []
     for _ in range(judging.settings.projections):
         direction = rng.standard_normal(size=source.shape)
         if source.symmetric:
             direction = symmetrize(direction)
-        direction = direction * _scale(judged)
-        estimate = directional_derivative(
-            judged.losses, name, direction, _step(judging, source), judging.reference_dtype(source)
-        )
+        directions.append(direction * scale)
+    # Every direction in one stack of perturbed inputs, sharing its center: far fewer forward calls.
+    estimates = directional_derivatives(
+        judged.losses, name, directions, _step(judging, source), judging.reference_dtype(source)
+    )
+    projections, native_hits = [], []
+    for direction, estimate in zip(directions, estimates):
         projections.append(compare_projection(judged.got, direction, estimate.value, estimate.error, tol))
         if native_usable:
             native_hits.append(compare_projection(native_gradient, direction, estimate.value, estimate.error, tol).ok)  # type: ignore[arg-type]
