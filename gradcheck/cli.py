@@ -23,7 +23,7 @@ import click
 
 from gradcheck.errors import UsageError
 from gradcheck.results import VERSION, ExitCode
-from gradcheck.settings import BY_NAME, TABLE, Choice, FilePath, Flag, InvalidValue, Setting, Statuses
+from gradcheck.settings import BY_NAME, TABLE, Choice, FilePath, Flag, InvalidValue, Setting, Statuses, WorkerCount
 
 
 def _parse_pairs(values: tuple[str, ...], option: str, parse: Callable[[str, str], Any]) -> dict[str, Any]:
@@ -222,7 +222,7 @@ def _setting_option(setting: Setting) -> Callable[[Callable[..., Any]], Callable
         declared["type"] = click.Choice(kind.choices)
     elif isinstance(kind, FilePath):
         declared["type"] = click.Path(dir_okay=False, path_type=Path)
-    elif isinstance(kind, Statuses):
+    elif isinstance(kind, (Statuses, WorkerCount)):
         declared["callback"] = _checked
     else:
         declared.update(type=click.INT if kind.integer else click.FLOAT, callback=_checked)
