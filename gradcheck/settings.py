@@ -140,14 +140,15 @@ class WorkerCount:
     """A positive number of worker processes, or ``auto``: as many as this process may use cores."""
 
     def parse(self, value: Any) -> int | str:
-        # The command line hands over text; a config may write 2 or "2" alike.
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value)
         if value == "auto":
             return "auto"
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidValue(f"{value!r} must be a positive integer or auto")
         return value
+
+    def parse_text(self, text: str) -> int | str:
+        """A value as the command line gives it (``4``, ``auto``)."""
+        return self.parse(int(text) if text.strip().lstrip("-").isdigit() else text)
 
 
 Kind = Choice | Flag | Number | Statuses | FilePath | WorkerCount

@@ -143,7 +143,7 @@ def test_a_bad_jobs_flag_is_one_line_naming_it(project: Path, value: str) -> Non
     assert "must be a positive integer or auto" in line
 
 
-@pytest.mark.parametrize("value", ["-1", "0", '"many"', "true", "2.0"])
+@pytest.mark.parametrize("value", ["-1", "0", '"many"', "true", "2.0", '"2"'])
 def test_a_bad_jobs_key_is_one_line_naming_it(project: Path, value: str) -> None:
     write(project, "ops.py", FOUR_BAD)
     write(project, "gradcheck.toml", f"jobs = {value}\n")
@@ -156,9 +156,10 @@ def test_a_bad_jobs_key_is_one_line_naming_it(project: Path, value: str) -> None
 def test_the_settings_row_reads_numbers_and_auto() -> None:
     setting = BY_NAME["jobs"]
     assert (setting.short, setting.long_flag, setting.key, setting.scope) == ("-j", "--jobs", "jobs", "run")
-    assert setting.parse("4") == setting.parse(4) == 4 and setting.parse("auto") == "auto"
-    with pytest.raises(InvalidValue):
-        setting.parse(False)
+    assert setting.parse(4) == setting.kind.parse_text("4") == 4 and setting.parse("auto") == "auto"
+    for bad in (False, "4", 0, -2, 1.0):  # in a config, a number is written as one
+        with pytest.raises(InvalidValue):
+            setting.parse(bad)
 
 
 # -- Ctrl-C -------------------------------------------------------------------------------
