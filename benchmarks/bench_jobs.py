@@ -1,6 +1,6 @@
 """``-j 2`` against its own limit: two independent ``gradcheck run`` processes side by side.
 
-    python benchmarks/bench_jobs.py [--repeat N] [--jobs N] [DIR]
+    python benchmarks/bench_jobs.py [--repeat N] [--jobs N] [--tf-threads] [DIR]
 
 DIR (default: ``benchmarks/jobs_suite``, 16 correct custom gradients of
 matmuls, elementwise functions and batched bilinear forms, a fraction of a
@@ -13,7 +13,11 @@ from the command line, start-up included:
   each on its share of DIR's modules (sorted, cut into N consecutive parts),
   timed until the last one ends.
 
-The three are run in turn, ``--repeat`` times (rotating which goes first, as
+With ``--tf-threads`` a fourth run is ``-j N`` with TensorFlow's own thread
+pools in every worker (one thread per core each, as a lone process has)
+instead of gradcheck's share of the cores per worker.
+
+The runs are run in turn, ``--repeat`` times (rotating which goes first, as
 the machine's load drifts), and the table shows the median wall-clock
 seconds, the speed-up over ``-j 1`` and, in the last line, ``-j N``'s
 speed-up as a share of the limit's. The one-minute load average before each
@@ -39,16 +43,22 @@ def _command(*args: str) -> list[str]:
     return [sys.executable, "-m", "gradcheck", "run", *args, "-q"]
 
 
-def _environment() -> dict[str, str]:
+def _environment(threads: int | None = None) -> dict[str, str]:
     # This checkout's gradcheck, whatever is installed; no progress bar, no colour.
-    return dict(os.environ, PYTHONPATH=str(REPO), CI="1", NO_COLOR="1")
+    environ = dict(os.environ, PYTHONPATH=str(REPO), CI="1", NO_COLOR="1")
+    if threads is not None:  # set by the user: gradcheck keeps it in every worker
+        for name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
+            environ[name] = str(threads)
+    return environ
 
 
-def timed(commands: list[list[str]]) -> float:
+def timed(commands: list[list[str]], threads: int | None = None) -> float:
     """Seconds from starting ``commands`` together until the last one ends; each must exit 0."""
     started = time.perf_counter()
     processes = [
-        subprocess.Popen(command, env=_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        subprocess.Popen(
+            command, env=_environment(threads), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         for command in commands
     ]
     outputs = [process.communicate()[0] for process in processes]
@@ -77,6 +87,7 @@ def main() -> None:
     parser.add_argument("suite", nargs="?", type=Path, default=DEFAULT_SUITE)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--tf-threads", action="store_true", help="also -j N with TensorFlow's own thread pools")
     arguments = parser.parse_args()
     suite, jobs = arguments.suite, arguments.jobs
     runs = {
@@ -84,6 +95,9 @@ def main() -> None:
         f"-j {jobs}": [_command(str(suite), "-j", str(jobs))],
         f"{jobs} processes": [_command(*part, "-j", "1") for part in parts(suite, jobs)],
     }
+    tf_threads = f"-j {jobs}, TF's thread pools"
+    if arguments.tf_threads:
+        runs[tf_threads] = runs[f"-j {jobs}"]
     names = list(runs)
     seconds: dict[str, list[float]] = {name: [] for name in names}
     print(f"{suite}: {len(os.sched_getaffinity(0))} usable cores", file=sys.stderr)
@@ -91,7 +105,8 @@ def main() -> None:
         order = names[round_ % len(names) :] + names[: round_ % len(names)]
         load = os.getloadavg()[0]
         for name in order:
-            seconds[name].append(timed(runs[name]))
+            cores = len(os.sched_getaffinity(0)) if name == tf_threads else None
+            seconds[name].append(timed(runs[name], cores))
         line = ", ".join(f"{name} {seconds[name][-1]:.1f} s" for name in names)
         print(f"round {round_ + 1}: load {load:.1f} before; {line}", file=sys.stderr)
     median = {name: statistics.median(values) for name, values in seconds.items()}

@@ -25,6 +25,7 @@ TensorFlow's import (seconds) is paid once in wall-clock time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -149,7 +150,9 @@ class _Slot:
         """Kill the worker now (from the calling thread): its check ends as an error nobody reads."""
         worker = self.runner.worker
         if worker is not None:
-            worker.kill()
+            # The process only: the slot's thread, reading its pipes, finds it dead and closes them.
+            with contextlib.suppress(OSError):
+                worker.process.kill()
 
 
 class _Dispatcher:
