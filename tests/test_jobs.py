@@ -35,6 +35,25 @@ def _json(*args: str) -> tuple[int, str]:
 # -- the same report as -j 1 ----------------------------------------------------------------
 
 
+def _same_but_noise(one: Any, again: Any, two: Any, where: str = "") -> list[str]:
+    """Assert ``two`` is ``one``, key order included, except where ``one`` and ``again`` (-j 1 twice) differ.
+
+    Returns where -j 1 itself varied from run to run (the last digits of a
+    finite difference of a Keras layer's weight do, on main as well): no
+    number of workers can promise those.
+    """
+    if isinstance(one, dict):
+        assert list(one) == list(again) == list(two), where
+        return [v for key in one for v in _same_but_noise(one[key], again[key], two[key], f"{where}.{key}")]
+    if isinstance(one, list):
+        assert len(one) == len(again) == len(two), where
+        return [v for i, item in enumerate(one) for v in _same_but_noise(item, again[i], two[i], f"{where}[{i}]")]
+    if one != again:
+        return [where]
+    assert json.dumps(two) == json.dumps(one), where
+    return []
+
+
 @pytest.mark.parametrize("fixture", ["core", "forms"])
 def test_two_workers_give_the_report_of_one(project: Path, fixture: str) -> None:
     copy_fixture(fixture, project)
@@ -43,8 +62,14 @@ def test_two_workers_give_the_report_of_one(project: Path, fixture: str) -> None
     assert one_code == two_code == 1
     one_document, two_document = json.loads(one), json.loads(two)
     assert len(one_document["results"]) > 10
-    # Byte for byte, once the timings (the only thing that may differ) are out.
-    assert json.dumps(_without_timings(one_document)) == json.dumps(_without_timings(two_document))
+    # Byte for byte, once the timings (the only thing that may differ) are out ...
+    one_document, two_document = _without_timings(one_document), _without_timings(two_document)
+    if json.dumps(one_document) == json.dumps(two_document):
+        return
+    # ... or, where -j 1 itself varies from run to run, everywhere else.
+    _, again = _json(fixture, "-j", "1")
+    varied = _same_but_noise(one_document, _without_timings(json.loads(again)), two_document)
+    assert varied and all(place.endswith("max_abs_error") or place.endswith("max_rel_error") for place in varied)
 
 
 #: Four functions, each with the wrong factor in its backward function.
