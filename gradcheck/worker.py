@@ -610,9 +610,9 @@ def run(
     # is the first one's), and each is told the plan's functions once the first one knows them.
     helpers = [_Run(job, import_timeout, max_memory, None, runner.sink) for _ in range(workers - 1)]
     try:
-        for helper in helpers:
-            helper.launch()
-        planned = runner.start_worker()
+        for each in (runner, *helpers):  # the first one first: it takes the idle worker, if any
+            each.launch()
+        planned = runner.await_plan()
     except BaseException:
         for each in (runner, *helpers):
             each.discard_worker()
