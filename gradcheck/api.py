@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from gradcheck.config import Config, InputConfig, SubjectConfig, closest, parse_input, validate_setting
+from gradcheck.config import Config, InputConfig, SubjectConfig, closest, parse_input, parse_values, validate_setting
 from gradcheck.errors import UsageError
 from gradcheck.results import Result, RunReport
 from gradcheck.settings import KEYWORD_SETTINGS
@@ -63,8 +63,8 @@ def check(
     dims = dict(dims or {})
     table = SubjectConfig(
         inputs={name: _input_config(name, value, dims) for name, value in (inputs or {}).items()},
-        constants=dict(constants or {}),
-        init=dict(init or {}),
+        constants=parse_values(_LABEL, "constants", dict(constants or {})),
+        init=parse_values(_LABEL, "init", dict(init or {})),
     )
     given = {name: validate_setting(_LABEL, name, value) for name, value in settings.items() if value is not None}
     request = build_request(

@@ -9,11 +9,9 @@ a bug in gradcheck is a traceback and 3.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import sys
-import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +20,8 @@ from typing import Any
 import click
 
 from gradcheck.errors import UsageError
+from gradcheck.report_files import check_writable, write_atomically
+from gradcheck.reporting.safe_text import shown
 from gradcheck.results import VERSION, ExitCode
 from gradcheck.settings import BY_NAME, TABLE, Choice, FilePath, Flag, InvalidValue, Setting, Statuses, WorkerCount
 
@@ -65,24 +65,19 @@ def _parse_shape(name: str, raw: str) -> tuple[int | str, ...]:
     return tuple(sizes)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename.
+def echo_error(message: str) -> None:
+    """``gradcheck: error: MESSAGE`` on stderr, as one line whatever the message holds.
 
-    An interrupted or failing write leaves any earlier file at ``path`` whole.
+    The message often quotes user text (an import error, a config key). Its
+    line breaks and control characters are escaped, so it stays one line that
+    no CI runner reads as a command and no terminal obeys.
     """
-    directory = path.resolve().parent
-    directory.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    click.echo(f"gradcheck: error: {shown(message)}", err=True)
+
+
+def _echo_lines(text: str) -> None:
+    """Several lines of text from user code (a traceback) on stderr, each one made safe to show."""
+    click.echo(shown(text.rstrip("\n"), keep_newlines=True), err=True)
 
 
 def _guarded(command: Callable[..., int]) -> Callable[..., None]:
@@ -97,10 +92,10 @@ def _guarded(command: Callable[..., int]) -> Callable[..., None]:
         except UsageError as error:
             if verbose:
                 if error.details:  # raised in the worker: the traceback behind it comes as text
-                    click.echo(error.details.rstrip("\n"), err=True)
+                    _echo_lines(error.details)
                 elif error.__cause__ is not None:
-                    traceback.print_exception(error.__cause__, file=sys.stderr)
-            click.echo(f"gradcheck: error: {error}", err=True)
+                    _echo_lines("".join(traceback.format_exception(error.__cause__)))
+            echo_error(str(error))
             code = ExitCode.USAGE_ERROR
         except KeyboardInterrupt:
             click.echo("gradcheck: interrupted", err=True)
@@ -111,9 +106,9 @@ def _guarded(command: Callable[..., int]) -> Callable[..., None]:
             from gradcheck.worker import WorkerError
 
             if isinstance(error, WorkerError):  # a bug met in the worker: its traceback there
-                click.echo(error.details.rstrip("\n"), err=True)
+                _echo_lines(error.details)
             else:
-                traceback.print_exc(file=sys.stderr)
+                _echo_lines(traceback.format_exc())
             click.echo(
                 "gradcheck: internal error: this is a bug in gradcheck, please report it with the traceback above",
                 err=True,
@@ -129,6 +124,7 @@ class _OneLineErrors(click.Group):
 
     Click's own format (the usage, a hint, a blank line, ``Error: ...``) takes
     four lines; gradcheck promises one that names the option, and exit 2.
+    Help is not an error: ``gradcheck`` alone shows click's whole help.
     """
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
@@ -136,14 +132,18 @@ class _OneLineErrors(click.Group):
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as error:
+            # The bare command, the first thing a new user types: the help, as git and pip show it.
+            error.show()
+            sys.exit(error.exit_code)
         except click.UsageError as error:
             ctx = error.ctx
             command = f"gradcheck {ctx.info_name}" if ctx is not None and ctx.parent is not None else "gradcheck"
             message = " ".join(error.format_message().split()).rstrip(".")
-            click.echo(f"gradcheck: error: {message}; see '{command} --help'", err=True)
+            echo_error(f"{message}; see '{command} --help'")
             sys.exit(ExitCode.USAGE_ERROR)
         except click.ClickException as error:
-            error.show()
+            echo_error(error.format_message())
             sys.exit(error.exit_code)
         except click.exceptions.Abort:
             click.echo("Aborted!", err=True)
@@ -398,6 +398,7 @@ def run(
     for _, path in reports:
         if path is not None:
             session.refuse_user_file(path, options)
+            check_writable(path)  # before the first check: a long run must not end unable to write
     if not _tf.tensorflow_available():
         raise _tf.TensorFlowMissing()
     report = _run_with_progress(options, color, verbose > 0)
@@ -503,7 +504,7 @@ def _append_job_summary(path: Path, markdown: str) -> None:
             stream.write(markdown)
     except OSError as error:
         # The report itself is out already; a summary GitHub cannot take is worth a warning, not a failure.
-        click.echo(f"gradcheck: warning: cannot append the job summary to {path}: {error}", err=True)
+        click.echo(f"gradcheck: warning: {shown(f'cannot append the job summary to {path}: {error}')}", err=True)
 
 
 @main.command("list")
@@ -525,9 +526,9 @@ def list_(
     options = _run_options(targets, config, shapes, dims, keyword, {})
     listing = session.listing(options)
     for entry in listing:
-        click.echo(f"{entry.id}{entry.signature}  [{entry.kind}]")
+        click.echo(f"{shown(entry.id)}{shown(entry.signature)}  [{entry.kind}]")
         for line in entry.inputs:
-            click.echo(f"    {line}")
+            click.echo(f"    {shown(line)}")
     if not listing:
         click.echo("nothing to check: no custom-gradient functions found", err=True)
         return ExitCode.NO_TESTS

@@ -2,8 +2,9 @@
 
 Naming the likely bug is :mod:`gradcheck.checking.diagnose`'s job.
 
-numpy only. Everything here takes arrays that :mod:`gradcheck.numerics`
-computed and returns plain verdicts, so it is tested without TensorFlow.
+numpy only. Everything here takes arrays that :mod:`gradcheck.harness` and
+:mod:`gradcheck.finite_differences` computed and returns plain verdicts, so it
+is tested without TensorFlow.
 """
 
 from __future__ import annotations

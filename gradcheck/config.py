@@ -38,7 +38,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-INPUT_DTYPES = (*DTYPES, "int32", "int64")
+INPUT_DTYPES = (*DTYPES, "int32", "int64", "complex64", "complex128")
 DISTRIBUTIONS = ("normal", "uniform", "positive", "spd", "integer")
 
 CONFIG_FILE = "gradcheck.toml"
@@ -48,9 +48,21 @@ CONFIG_FILE = "gradcheck.toml"
 _SETTING_KEYS = {s.key for s in FUNCTION_SETTINGS}
 _SUBJECT_SETTING_KEYS = {s.key for s in TABLE if s.per_function}
 _REPORT_KEYS = {s.key for s in RUN_SETTINGS}
-_TOP_KEYS = _SETTING_KEYS | _REPORT_KEYS | {"dims", "functions", "layers"}
+_TOP_KEYS = _SETTING_KEYS | _REPORT_KEYS | {"dims", "functions", "layers", "classes"}
 _SUBJECT_KEYS = _SUBJECT_SETTING_KEYS | {"inputs", "constants", "init"}
 _INPUT_KEYS = {"shape", "dtype", "distribution", "low", "high", "items"}
+_CLASS_KEYS = {"init"}
+_VARIABLE_KEYS = {"value", "variable", "dtype"}
+
+
+@dataclass(frozen=True)
+class VariableValue:
+    """An ``init`` or ``constants`` value the code needs as a ``tf.Variable``: ``{ value = ..., variable = true }``."""
+
+    value: Any
+    """The initial value (a number or nested lists of numbers)."""
+    dtype: str | None = None
+    """Its dtype; None: float64 for floats (float32 under a float32 run), int32 for integers."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,8 @@ class Config:
     """Per-function tables, keyed by name in the module."""
     layers: dict[str, SubjectConfig] = field(default_factory=dict)
     """Per-layer tables, keyed by class name."""
+    classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """``[classes.NAME] init``: constructor arguments shared by every method of the class, keyed by class name."""
 
     @property
     def label(self) -> str:
@@ -108,9 +122,18 @@ class Config:
         return str(self.path) if self.path is not None else "command line"
 
     def subject(self, kind: str, name: str) -> SubjectConfig | None:
-        """The table for a function or layer, if the config has one."""
-        table = self.layers if kind == "layer" else self.functions
-        return table.get(name)
+        """The table for a function or layer, if the config has one.
+
+        A method (``Class.method``) takes its constructor arguments from
+        ``[classes.Class] init``, under its own table's ``init``.
+        """
+        table = (self.layers if kind == "layer" else self.functions).get(name)
+        owner = name.split(".", 1)[0] if kind == "function" and "." in name else None
+        shared = self.classes.get(owner) if owner is not None else None
+        if not shared:
+            return table
+        table = table or SubjectConfig()
+        return replace(table, init={**shared, **table.init})
 
 
 def _fail(label: str, key: str, message: str) -> ConfigError:
@@ -226,15 +249,71 @@ def _parse_subject(label: str, key: str, raw: Any, dims: Mapping[str, int], allo
     both = set(inputs) & set(constants)
     if both:
         raise _fail(label, key, f"'{sorted(both)[0]}' is both an input and a constant")
-    init = raw.get("init", {})
-    if not isinstance(init, dict):
-        raise _fail(label, f"{key}.init", "must be a table of keyword arguments")
+    init = parse_values(label, f"{key}.init", raw.get("init", {}), "a table of keyword arguments")
+    constants = parse_values(label, f"{key}.constants", constants, "a table of name = value")
     settings = {
         name: validate_setting(label, f"{key}.{name}", value)
         for name, value in raw.items()
         if name in _SUBJECT_SETTING_KEYS
     }
     return SubjectConfig(inputs=inputs, constants=dict(constants), init=dict(init), settings=settings)
+
+
+def parse_values(label: str, key: str, raw: Any, what: str = "a table of name = value") -> dict[str, Any]:
+    """``init`` or ``constants``: values as they are; ``{ value = ..., variable = true }`` a :class:`VariableValue`."""
+    if not isinstance(raw, dict):
+        raise _fail(label, key, f"must be {what}")
+    return {name: _parse_value(label, f"{key}.{name}", value) for name, value in raw.items()}
+
+
+def _parse_value(label: str, key: str, raw: Any) -> Any:
+    # A table is a plain dict argument unless it says `variable`: dict arguments keep working.
+    # A misspelt `variable` next to `value` is still reported, not passed on as a dict.
+    if not isinstance(raw, dict) or not ("variable" in raw or ("value" in raw and _near_variable(raw))):
+        return raw
+    _check_keys(label, key, raw, _VARIABLE_KEYS)
+    if not isinstance(raw["variable"], bool):
+        raise _fail(label, f"{key}.variable", f"{raw['variable']!r} must be true or false")
+    if "value" not in raw:
+        raise _fail(label, key, "missing 'value', e.g. { value = [-1.0, 0.0, 1.0], variable = true }")
+    value = raw["value"]
+    if not _numeric(value):
+        raise _fail(label, f"{key}.value", f"{value!r} must be a number or a list of numbers")
+    dtype = raw.get("dtype")
+    if dtype is not None:
+        dtype = _choice(label, f"{key}.dtype", dtype, INPUT_DTYPES)
+    return VariableValue(value=value, dtype=dtype) if raw["variable"] else value
+
+
+def _near_variable(raw: dict[str, Any]) -> bool:
+    return any(difflib.get_close_matches(key, ["variable"], n=1, cutoff=0.75) for key in raw)
+
+
+def _numeric(value: Any) -> bool:
+    if isinstance(value, list):
+        return bool(value) and all(_numeric(item) for item in value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _parse_classes(label: str, raw: Any) -> dict[str, dict[str, Any]]:
+    """``[classes.NAME]`` tables: only ``init``, shared by every method of the class."""
+    if not isinstance(raw, dict):
+        raise _fail(label, "classes", "must be a table of [classes.NAME] tables")
+    classes = {}
+    for name, table in raw.items():
+        if not isinstance(table, dict):
+            raise _fail(label, f"classes.{name}", f"{table!r} must be a table with 'init'")
+        for key in table:
+            if key not in _CLASS_KEYS:
+                raise _fail(
+                    label,
+                    f"classes.{name}.{key}",
+                    f'unknown key: a class table holds only init; {key} goes in [functions."{name}.METHOD"]',
+                )
+        classes[name] = parse_values(
+            label, f"classes.{name}.init", table.get("init", {}), "a table of keyword arguments"
+        )
+    return classes
 
 
 def _flatten_functions(label: str, table: Any, prefix: str) -> dict[str, Any]:
@@ -291,6 +370,7 @@ def parse_config(document: Mapping[str, Any], path: Path | None, extra_dims: Map
         dims=dims,
         functions=functions,
         layers=layers,
+        classes=_parse_classes(label, document.get("classes", {})),
     )
 
 
@@ -313,19 +393,15 @@ def read_config_file(path: Path, extra_dims: Mapping[str, int] | None = None) ->
     return parse_config(document, path, extra_dims)
 
 
-PROJECT_ROOT_MARKERS = (".git", "setup.cfg")
-"""Entries that mark a project's root folder, where the config search stops.
-
-A ``pyproject.toml`` without ``[tool.gradcheck]`` does not stop it yet: tests/test_config.py
-still expects the search to pass such a file (see issue 11, item 9).
-"""
+PROJECT_ROOT_MARKERS = (".git", "pyproject.toml", "setup.cfg")
+"""Entries that mark a project's root folder, where the config search stops (as pytest and ruff)."""
 
 
 def find_config_file(start: Path) -> Path | None:
     """The nearest ``gradcheck.toml``, or ``pyproject.toml`` with ``[tool.gradcheck]``.
 
-    The search stops at the project root, the first folder holding ``.git`` or
-    ``setup.cfg`` (as pytest and ruff do), so a config file in
+    The search stops at the project root, the first folder holding ``.git``,
+    ``pyproject.toml`` or ``setup.cfg`` (as pytest and ruff do), so a config file in
     a shared folder above the project, such as ``/tmp``, never applies.
     """
     directory = start if start.is_dir() else start.parent

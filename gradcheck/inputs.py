@@ -15,11 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from gradcheck import probing
 from gradcheck.config import InputConfig, SubjectConfig, closest
 from gradcheck.errors import ConfigError
 
 FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
 INTEGER_DTYPES = ("int32", "int64")
+#: Drawn when the code asks for them; not differentiated until complex gradients are compared.
+COMPLEX_DTYPES = ("complex128", "complex64")
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,8 @@ class Argument:
     name: str
     """Parameter name; ``xs[1]`` for an item of a list argument, ``args[i]`` for ``*args``."""
     role: str
-    """``input`` (float tensor, differentiated), ``integer`` (int tensor), ``constant`` or ``list``."""
+    """``input`` (float tensor, differentiated), ``integer`` (a tensor not differentiated: int, or
+    complex until complex gradients are compared), ``constant`` or ``list``."""
     spec: TensorSpec | None = None
     """How to draw it; None for constants and lists."""
     value: Any = None
@@ -137,19 +141,27 @@ class CallPlan:
 
     def with_shapes(self, shapes: Mapping[str, tuple[int, ...]], dtype: str) -> CallPlan:
         """Fill the unknown parameters with probed shapes."""
+        return self.with_specs({name: TensorSpec(shape=shape, dtype=dtype) for name, shape in shapes.items()})
+
+    def with_specs(self, specs: Mapping[str, TensorSpec]) -> CallPlan:
+        """Fill the unknown parameters with probed specs (float, integer or complex), marked guessed."""
         filled = []
         for argument in self.arguments:
-            if argument.name in shapes and argument.spec is None and argument.role == "input":
-                argument = replace(argument, spec=TensorSpec(shape=shapes[argument.name], dtype=dtype), guessed=True)
+            if argument.name in specs and argument.spec is None and argument.role == "input":
+                spec = specs[argument.name]
+                role = "input" if spec.differentiable else "integer"
+                argument = replace(argument, spec=spec, role=role, guessed=True)
             filled.append(argument)
         return replace(self, arguments=tuple(filled), unknown=())
 
     def with_distribution(self, distribution: str) -> CallPlan:
-        """The same plan with every guessed input drawn from another distribution."""
+        """The same plan with every guessed float input drawn from another distribution."""
         return replace(
             self,
             arguments=tuple(
-                replace(a, spec=replace(a.spec, distribution=distribution)) if a.guessed and a.spec is not None else a
+                replace(a, spec=replace(a.spec, distribution=distribution))
+                if a.guessed and a.spec is not None and a.spec.differentiable
+                else a
                 for a in self.arguments
             ),
         )
@@ -166,6 +178,18 @@ class CallPlan:
             return replace(argument, spec=replace(spec, dtype=dtype))
 
         return replace(self, arguments=tuple(convert(a) for a in self.arguments))
+
+    def with_constants(self, convert: Callable[[Any], Any]) -> CallPlan:
+        """The same plan with every constant's value passed through ``convert`` (config tables to variables)."""
+
+        def constant(argument: Argument) -> Argument:
+            if argument.role == "list":
+                return replace(argument, items=tuple(constant(item) for item in argument.items))
+            if argument.role != "constant":
+                return argument
+            return replace(argument, value=convert(argument.value))
+
+        return replace(self, arguments=tuple(constant(a) for a in self.arguments))
 
     def with_keywords(self, names: set[str]) -> CallPlan:
         """The same plan passing the named arguments by keyword."""
@@ -236,6 +260,59 @@ def signature_spec(shape: tuple[int | None, ...], dtype: str, dims: Mapping[str,
     return TensorSpec(shape=concrete, dtype=dtype, distribution=distribution, pinned_dtype=True)
 
 
+def _merged_inputs(
+    subject: SubjectConfig, shape_overrides: Mapping[str, tuple[int | str, ...]] | None
+) -> dict[str, InputConfig]:
+    """The configured inputs with ``--shape`` overrides applied (constants keep their values)."""
+    inputs: dict[str, InputConfig] = dict(subject.inputs)
+    for name, shape in (shape_overrides or {}).items():
+        if name in subject.constants:
+            continue
+        previous = inputs.get(name)
+        inputs[name] = replace(previous, shape=shape, items=()) if previous else InputConfig(shape=shape)
+    return inputs
+
+
+def _check_names(
+    parameters: list[inspect.Parameter],
+    subject: SubjectConfig,
+    inputs: dict[str, InputConfig],
+    shape_overrides: Mapping[str, tuple[int | str, ...]] | None,
+    label: str,
+    key: str,
+) -> None:
+    """Configured names must be parameters (unless ``*args``/``**kwargs`` take them); ``--shape`` may miss."""
+    names = {p.name for p in parameters}
+    if any(p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD) for p in parameters):
+        return
+    for name in list(inputs) + list(subject.constants):
+        if name in names:
+            continue
+        if shape_overrides and name in shape_overrides and name not in subject.inputs:
+            # --shape applies to every selected function that has the argument.
+            inputs.pop(name, None)
+            continue
+        table = "inputs" if name in inputs else "constants"
+        raise ConfigError(
+            f"{label}: {key}.{table}.{name}: the function has no argument '{name}'"
+            f"{closest(name, names)}; its arguments are {', '.join(sorted(names)) or 'none'}"
+        )
+
+
+def _configured_argument(
+    name: str, config: InputConfig, keyword: bool, config_key: str, dims: Mapping[str, int], dtype: str, label: str
+) -> Argument:
+    """A configured tensor argument, or a list argument of configured tensors."""
+    if config.items:
+        items = tuple(
+            _configured_argument(f"{name}[{i}]", item, keyword, f"{config_key}.items[{i}]", dims, dtype, label)
+            for i, item in enumerate(config.items)
+        )
+        return Argument(name=name, role="list", keyword=keyword, items=items)
+    spec = tensor_spec(config, dims, dtype, label, config_key)
+    return Argument(name=name, role="input" if spec.differentiable else "integer", spec=spec, keyword=keyword)
+
+
 def plan_call(
     signature: inspect.Signature,
     subject: SubjectConfig | None,
@@ -255,42 +332,17 @@ def plan_call(
     naming the closest parameter.
     """
     subject = subject or SubjectConfig()
-    inputs: dict[str, InputConfig] = dict(subject.inputs)
-    for name, shape in (shape_overrides or {}).items():
-        if name in subject.constants:
-            continue
-        previous = inputs.get(name)
-        inputs[name] = replace(previous, shape=shape, items=()) if previous else InputConfig(shape=shape)
+    inputs = _merged_inputs(subject, shape_overrides)
     constants = subject.constants
     parameters = list(signature.parameters.values())
+    _check_names(parameters, subject, inputs, shape_overrides, label, key)
     names = {p.name for p in parameters}
-    has_varargs = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
-    has_varkw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-    for name in list(inputs) + list(constants):
-        if name not in names and not has_varargs and not has_varkw:
-            if shape_overrides and name in shape_overrides and name not in subject.inputs:
-                # --shape applies to every selected function that has the argument.
-                inputs.pop(name, None)
-                continue
-            table = "inputs" if name in inputs else "constants"
-            raise ConfigError(
-                f"{label}: {key}.{table}.{name}: the function has no argument '{name}'"
-                f"{closest(name, names)}; its arguments are {', '.join(sorted(names)) or 'none'}"
-            )
-
-    def tensor(name: str, config: InputConfig, keyword: bool, config_key: str) -> Argument:
-        if config.items:
-            items = tuple(
-                tensor(f"{name}[{i}]", item, keyword, f"{config_key}.items[{i}]") for i, item in enumerate(config.items)
-            )
-            return Argument(name=name, role="list", keyword=keyword, items=items)
-        spec = tensor_spec(config, dims, dtype, label, config_key)
-        return Argument(name=name, role="input" if spec.differentiable else "integer", spec=spec, keyword=keyword)
 
     def make(name: str, keyword: bool, has_default: bool = False) -> Argument:
         if name in constants:
             return Argument(name=name, role="constant", value=constants[name], keyword=keyword, has_default=has_default)
-        return replace(tensor(name, inputs[name], keyword, f"{key}.inputs.{name}"), has_default=has_default)
+        argument = _configured_argument(name, inputs[name], keyword, f"{key}.inputs.{name}", dims, dtype, label)
+        return replace(argument, has_default=has_default)
 
     arguments: list[Argument] = []
     unknown: list[str] = []
@@ -298,34 +350,28 @@ def plan_call(
     for parameter in parameters:
         kind = parameter.kind
         if kind is inspect.Parameter.VAR_POSITIONAL:
-            extra = [n for n in list(inputs) + list(constants) if n not in names]
-            for name in extra:
-                arguments.append(make(name, keyword=False))
+            arguments += [make(n, keyword=False) for n in list(inputs) + list(constants) if n not in names]
             continue
         if kind is inspect.Parameter.VAR_KEYWORD:
             continue
         name = parameter.name
-        configured = name in inputs or name in constants
         keyword = kind is inspect.Parameter.KEYWORD_ONLY
         has_default = parameter.default is not inspect.Parameter.empty
-        if not configured:
+        if name not in inputs and name not in constants:
             if signature_shapes and name in signature_shapes:
-                shape, spec_dtype = signature_shapes[name]
-                spec = signature_spec(shape, spec_dtype, dims)
+                spec = signature_spec(*signature_shapes[name], dims)
                 role = "input" if spec.differentiable else "integer"
                 arguments.append(Argument(name=name, role=role, spec=spec, keyword=keyword))
-                continue
-            if has_default:
+            elif has_default:
                 pending.append(parameter)
-                continue
-            unknown.append(name)
-            arguments.append(Argument(name=name, role="input", keyword=keyword))
+            else:
+                unknown.append(name)
+                arguments.append(Argument(name=name, role="input", keyword=keyword))
             continue
         if not keyword and pending:
             # A later positional argument is configured: the skipped defaults
             # before it must be passed as they are to keep positions right.
-            for skipped in pending:
-                arguments.append(Argument(name=skipped.name, role="constant", value=skipped.default, has_default=True))
+            arguments += [Argument(name=p.name, role="constant", value=p.default, has_default=True) for p in pending]
             pending = []
         arguments.append(make(name, keyword, has_default))
     ordered = [a for a in arguments if not a.keyword] + [a for a in arguments if a.keyword]
@@ -333,30 +379,8 @@ def plan_call(
 
 
 def candidate_shapes(names: tuple[str, ...]) -> Iterator[dict[str, tuple[int, ...]]]:
-    """Small shapes to try for unconfigured inputs, the most telling first.
-
-    Non-square first (they expose transposes and swaps), then a matmul
-    chain, then a row-and-bias pair, then square, vector, scalar and 3-D.
-    """
-    count = len(names)
-    chain = [(3 + i, 4 + i) for i in range(count)]
-    batched_chain = [(2, 3 + i, 4 + i) for i in range(count)]
-    candidates = [
-        [(3, 4)] * count,
-        chain,
-        [(3, 4)] + [(4,)] * (count - 1),
-        [(4, 4)] * count,
-        [(5,)] * count,
-        [()] * count,
-        [(2, 3, 4)] * count,
-        batched_chain,
-    ]
-    seen = set()
-    for shapes in candidates:
-        key = tuple(shapes)
-        if key in seen:
-            continue
-        seen.add(key)
+    """Small shapes to try for unconfigured inputs, the most telling first (see :mod:`gradcheck.probing`)."""
+    for shapes in probing.candidate_shapes(len(names)):
         yield dict(zip(names, shapes))
 
 
@@ -372,6 +396,8 @@ def subject_rng(seed: int, name: str, draw: int = 0) -> np.random.Generator:
 def draw_tensor(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
     """One array drawn as ``spec`` says, in float64 (or the integer dtype)."""
     shape = spec.shape
+    if spec.dtype in COMPLEX_DTYPES:
+        return probing.complex_values(rng, shape).astype(spec.dtype)
     if spec.distribution == "integer":
         low = int(spec.low) if spec.low is not None else 0
         high = int(spec.high) if spec.high is not None else 3

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from gradcheck.reporting.safe_text import shown
 from gradcheck.results import Result
 
 
@@ -62,12 +63,12 @@ class ProgressBar:
 
     def on_import(self, path: str) -> None:
         """A module is being imported (before the functions to check are known)."""
-        self._progress.update(self._task, description=f"[bold]importing[/] {escape(path)}")
+        self._progress.update(self._task, description=f"[bold]importing[/] {escape(shown(path))}")
 
     def on_start(self, function_id: str, index: int, total: int) -> None:
         """A function is about to be checked."""
         self._progress.update(
-            self._task, description=f"[bold]checking[/] {escape(function_id)}", completed=index, total=total
+            self._task, description=f"[bold]checking[/] {escape(shown(function_id))}", completed=index, total=total
         )
 
     def on_result(self, result: Result, index: int, total: int) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gradcheck import _tf, selection, state
-from gradcheck.checking import CheckRequest, check_subject
+from gradcheck.checking import CheckRequest, check_subject, guess_shapes
 from gradcheck.config import (
     Config,
     Settings,
@@ -37,6 +37,7 @@ from gradcheck.discovery import (
     select,
 )
 from gradcheck.errors import ConfigError, TargetError, UsageError
+from gradcheck.inputs import CallPlan
 from gradcheck.results import DEFAULT_FAIL_ON, Result, RunReport
 from gradcheck.run import check_all
 from gradcheck.settings import BY_NAME, DEFAULT_TIMEOUT, FUNCTION, RUN_SETTINGS, TABLE, resolve
@@ -237,6 +238,15 @@ def _check_config_names(config: Config, subjects: list[Subject]) -> None:
                 f"{config.label}: {plural}.{name}: no {kind} named '{name}' in the targets"
                 f"{closest(name, defined)}{known}"
             )
+    owners = sorted({s.name.split(".", 1)[0] for s in subjects if s.kind == "function" and "." in s.name})
+    for name in config.classes:
+        if name in owners or (config.path is not None and find_definition(config.path.parent, name) is not None):
+            continue
+        known = f"; the targets' classes with checked methods are {', '.join(owners)}" if owners else ""
+        raise ConfigError(
+            f"{config.label}: classes.{name}: no class named '{name}' with checked methods in the targets"
+            f"{closest(name, owners)}{known}"
+        )
 
 
 #: The order in which the reproduce command names settings (the seed first, as ever).
@@ -392,23 +402,33 @@ def listing(options: RunOptions) -> list[ListedFunction]:
             f"{table}.{subject.name}",
             request.shape_overrides,
         )
-        lines = []
-        for argument in plan.leaves:
-            if argument.spec is not None:
-                shape = argument.spec.shape
-                text = "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
-                detail = f"{text} {argument.spec.dtype}"
-                if argument.spec.distribution != "normal":
-                    detail += f" {argument.spec.distribution}"
-                lines.append(f"{argument.name}: {detail}")
-            elif argument.role == "constant":
-                lines.append(f"{argument.name} = {argument.value!r} (constant)")
-            else:
-                lines.append(f"{argument.name}: not configured (small shapes are guessed at run time)")
+        lines = _listed_inputs(request, plan)
         if subject.reaches:
             lines.append(f"reaches: {', '.join(subject.reaches)}")
         entries.append(ListedFunction(subject.id, subject.kind, str(signature), tuple(lines)))
     return entries
+
+
+def _listed_inputs(request: CheckRequest, plan: CallPlan) -> list[str]:
+    """One line per argument: configured shapes as they are, open ones as probing finds them (marked guessed)."""
+    failure = None
+    if plan.unknown:
+        guess = guess_shapes(request)
+        plan, failure = (guess.plan, None) if guess.plan is not None else (plan, guess.failure)
+    lines = []
+    for argument in plan.leaves:
+        if argument.spec is not None:
+            shape = argument.spec.shape
+            text = "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+            detail = f"{text} {argument.spec.dtype}"
+            if argument.spec.distribution != "normal":
+                detail += f" {argument.spec.distribution}"
+            lines.append(f"{argument.name}: {detail}" + (" guessed" if argument.guessed else ""))
+        elif argument.role == "constant":
+            lines.append(f"{argument.name} = {argument.value!r} (constant)")
+        else:
+            lines.append(f"{argument.name}: not configured; {failure or 'no guessed shapes worked'}")
+    return lines
 
 
 @dataclass(frozen=True)

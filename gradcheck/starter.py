@@ -32,6 +32,12 @@ class StarterInput:
     """The shape the forward pass accepted; None where probing found none."""
     distribution: str = "normal"
     """The distribution the accepted shape was drawn from (``positive`` for log-like functions)."""
+    dtype: str | None = None
+    """A dtype the run's would not give: ``int32`` for labels and indices, ``complex128``."""
+    low: float | None = None
+    """Lower bound of an integer draw."""
+    high: float | None = None
+    """Upper bound (exclusive) of an integer draw."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,8 @@ class StarterEntry:
     """The required arguments of the function (a layer's ``call``), for the placeholder."""
     init_parameters: tuple[str, ...] = ()
     """The required constructor arguments of a layer or a method's class, for the placeholder."""
+    dtype: str | None = None
+    """The dtype probing had to use where it is not the run's (float32 code)."""
 
     @property
     def table(self) -> str:
@@ -89,11 +97,20 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0) -> list[StarterEntr
             )
             continue
         inputs = tuple(
-            StarterInput(argument.name, argument.spec.shape, argument.spec.distribution)
+            StarterInput(
+                argument.name,
+                argument.spec.shape,
+                argument.spec.distribution,
+                dtype=None if argument.spec.differentiable else argument.spec.dtype,
+                low=argument.spec.low if argument.spec.distribution == "integer" else None,
+                high=argument.spec.high if argument.spec.distribution == "integer" else None,
+            )
             for argument in guess.plan.arguments
             if argument.guessed and argument.spec is not None
         )
-        entries.append(StarterEntry(kind=subject.kind, name=subject.name, id=subject.id, inputs=inputs))
+        floats = {a.spec.dtype for a in guess.plan.leaves if a.spec is not None and a.spec.differentiable}
+        dtype = floats.pop() if len(floats) == 1 and request.settings.dtype not in floats else None
+        entries.append(StarterEntry(kind=subject.kind, name=subject.name, id=subject.id, inputs=inputs, dtype=dtype))
     return entries
 
 
@@ -136,9 +153,16 @@ def _shape(shape: tuple[int, ...]) -> str:
 
 def _input_value(item: StarterInput) -> str:
     assert item.shape is not None
-    if item.distribution == "normal":
+    if item.distribution == "normal" and item.dtype is None:
         return _shape(item.shape)
-    return f'{{ shape = {_shape(item.shape)}, distribution = "{item.distribution}" }}'
+    parts = [f"shape = {_shape(item.shape)}"]
+    if item.dtype is not None:
+        parts.append(f'dtype = "{item.dtype}"')
+    if item.distribution != "normal":
+        parts.append(f'distribution = "{item.distribution}"')
+    if item.low is not None and item.high is not None:
+        parts.append(f"low = {int(item.low)}, high = {int(item.high)}")
+    return "{ " + ", ".join(parts) + " }"
 
 
 def render_starter(entries: list[StarterEntry], command: str) -> str:
@@ -175,6 +199,8 @@ def render_starter(entries: list[StarterEntry], command: str) -> str:
         if not entry.inputs:
             lines.append("# every argument has a default or is configured: nothing to guess")
             continue
+        if entry.dtype is not None:
+            lines.append(f'dtype = "{entry.dtype}"  # guessed: the code is written for {entry.dtype}')
         described = ", ".join(f"{toml_key(item.name)} = {_input_value(item)}" for item in entry.inputs)
         lines.append(f"inputs = {{ {described} }}  # guessed")
     return "\n".join(lines) + "\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gradcheck.checking import audit
 from gradcheck.inputs import Argument, CallPlan, TensorSpec
-from gradcheck.numerics import BackwardRecord, Outcome, ReturnedGradient
+from gradcheck.instrument import BackwardRecord, Outcome, ReturnedGradient
 
 PLAN = CallPlan(
     (

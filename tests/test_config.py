@@ -128,7 +128,8 @@ def test_search_goes_upwards_and_prefers_gradcheck_toml(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[tool.gradcheck]\nseed = 1\n")
     assert find_config_file(nested) == (tmp_path / "pyproject.toml").resolve()
     (tmp_path / "a" / "pyproject.toml").write_text("[project]\nname = 'no-tool-table'\n")
-    assert find_config_file(nested) == (tmp_path / "pyproject.toml").resolve()
+    # A pyproject.toml marks the project root (issue 11, item 9): the search stops there, at a/.
+    assert find_config_file(nested) is None
     (tmp_path / "a" / "gradcheck.toml").write_text("")
     assert find_config_file(nested / "ops.py") == (tmp_path / "a" / "gradcheck.toml").resolve()
 

@@ -9,7 +9,7 @@ from gradcheck.checking import verdict
 from gradcheck.checking.verdict import MAX_DRAWS, Evidence, Reconciled
 from gradcheck.compare import ProjectionComparison, compare_elementwise, tolerance
 from gradcheck.config import Settings
-from gradcheck.numerics import Source
+from gradcheck.harness import Source
 
 A, D, N, U = Evidence.AGREES, Evidence.DISAGREES, Evidence.INCONCLUSIVE, Evidence.UNAVAILABLE
 J, R = Reconciled.JUDGED, Reconciled.REDRAW

@@ -29,7 +29,6 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -50,38 +49,15 @@ from gradcheck.checking.prepare import (
     redraw_layer_weights,
     reference_harness,
 )
-from gradcheck.config import Settings, SubjectConfig
-from gradcheck.discovery import Subject, import_root
+from gradcheck.checking.request import CheckRequest
+from gradcheck.discovery import import_root
+from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, subject_rng
-from gradcheck.numerics import Harness, Outcome, WrapperTarget, raised_by_gradcheck
+from gradcheck.instrument import Outcome, raised_by_gradcheck
 from gradcheck.results import Problem, Result
+from gradcheck.targets import WrapperTarget
 
 __all__ = ["CheckRequest", "ShapeGuess", "check_subject", "guess_shapes", "input_records"]
-
-
-@dataclass(frozen=True)
-class CheckRequest:
-    """Everything needed to check one function or layer."""
-
-    subject: Subject
-    """What to check."""
-    settings: Settings
-    """The merged settings for this subject."""
-    config: SubjectConfig | None = None
-    """Its ``[functions.NAME]`` or ``[layers.NAME]`` table, if any."""
-    dims: Mapping[str, int] = field(default_factory=dict)
-    """Named sizes."""
-    shape_overrides: Mapping[str, tuple[int | str, ...]] = field(default_factory=dict)
-    """``--shape`` from the command line."""
-    config_label: str = "gradcheck.toml"
-    """How messages name the config file."""
-    reproduce: str | None = None
-    """The command that reproduces this check."""
-    dtype_given: bool = False
-    """True when the user chose the dtype (then float32 code is not rerun silently)."""
-    module_state: Any = None
-    """The :class:`gradcheck.state.Snapshot` the module's import left, applied for the check; None:
-    the caller's state as it is (``gradcheck.check``)."""
 
 
 @dataclass

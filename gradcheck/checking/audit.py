@@ -17,8 +17,9 @@ import numpy as np
 from gradcheck.checking.diagnose import shape_hint
 from gradcheck.checking.exceptions import exception_problem, strip_ansi
 from gradcheck.compare import compare_elementwise, tolerance
+from gradcheck.harness import Source
 from gradcheck.inputs import CallPlan
-from gradcheck.numerics import BackwardRecord, Outcome, Source
+from gradcheck.instrument import BackwardRecord, Outcome
 from gradcheck.results import Problem, format_shape
 
 _VARIABLES_REFUSED = "must accept keyword argument 'variables'"

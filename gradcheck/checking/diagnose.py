@@ -17,8 +17,8 @@ import numpy as np
 from gradcheck.results import Problem
 
 if TYPE_CHECKING:
+    from gradcheck.harness import Harness
     from gradcheck.inputs import CallPlan
-    from gradcheck.numerics import Harness
 
 
 def close(a: np.ndarray, b: np.ndarray, rtol: float = 1e-3) -> bool:

@@ -16,14 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gradcheck import _tf
+from gradcheck import _tf, probing
 from gradcheck.checking.exceptions import UserCodeError, describe_exception
-from gradcheck.inputs import CallPlan, candidate_shapes, draw_tensor, plan_call, subject_rng
-from gradcheck.numerics import FunctionTarget, Harness, LayerTarget, Outcome, Patch, WrapperTarget, raised_by_gradcheck
+from gradcheck.config import VariableValue
+from gradcheck.harness import Harness
+from gradcheck.inputs import CallPlan, TensorSpec, draw_tensor, plan_call, subject_rng
+from gradcheck.instrument import Outcome, raised_by_gradcheck
 from gradcheck.results import InputRecord, format_shape
+from gradcheck.targets import FunctionTarget, LayerTarget, Patch, WrapperTarget
 
 if TYPE_CHECKING:
-    from gradcheck.checking import CheckRequest
+    from gradcheck.checking.request import CheckRequest
 
 #: Exceptions that mean "these shapes do not fit" while probing.
 _SHAPE_ERRORS = ("InvalidArgumentError", "ValueError", "TypeError", "IndexError")
@@ -73,28 +76,64 @@ def table_key(request: CheckRequest) -> str:
     return f"[{table}.{name}]"
 
 
-def _init_kwargs(request: CheckRequest) -> dict[str, Any]:
-    return dict(request.config.init) if request.config else {}
+def _init_kwargs(request: CheckRequest, dtype: str = "float64") -> dict[str, Any]:
+    init = dict(request.config.init) if request.config else {}
+    return {name: materialize(value, dtype) for name, value in init.items()}
+
+
+def materialize(value: Any, dtype: str) -> Any:
+    """A config value as the code gets it: a ``{ value = ..., variable = true }`` table becomes a ``tf.Variable``."""
+    if not isinstance(value, VariableValue):
+        return value
+    tf = _tf.tensorflow()
+    array = np.asarray(value.value)
+    chosen = value.dtype or (dtype if array.dtype.kind == "f" else "int32")
+    return tf.Variable(array, dtype=chosen)
 
 
 def _construct(request: CheckRequest, cls: type, kwargs: dict[str, Any], what: str) -> Any:
+    given = sorted(request.config.init) if request.config else []
     try:
         inspect.signature(cls).bind(**kwargs)
     except TypeError as error:
-        raise NeedsConfig(
-            f"{cls.__name__}(...) needs constructor arguments ({error}); add to "
-            f"{request.config_label}: {table_key(request)} init = {{ ... }}"
-        ) from error
+        raise NeedsConfig(_init_hint(request, cls, given, error)) from error
     except ValueError:  # no signature to check against: let the call itself tell
         pass
     try:
         return cls(**kwargs)
     except Exception as error:  # the user's constructor raised
+        described = describe_exception(error, request.subject.path)
+        if not given:
+            advice = f"give its arguments as init = {{...}} in {table_key(request)}"
+        elif re.search(r"\bVariable\b", str(error)):
+            advice = "give the argument it names as { value = ..., variable = true } in init"
+        else:
+            advice = f"it rejected the init values given ({', '.join(given)}): check them"
         raise UserCodeError(
-            f"could not construct {cls.__name__}(**init) for the {what}: "
-            f"{describe_exception(error, request.subject.path)}; give its arguments as "
-            f"init = {{...}} in {table_key(request)}"
+            f"could not construct {cls.__name__}(**init) for the {what}: {described}; {advice}"
         ) from error
+
+
+def _init_hint(request: CheckRequest, cls: type, given: list[str], error: TypeError) -> str:
+    """What to add to ``init``: only the required arguments not given yet, never those just given."""
+    try:
+        parameters = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        parameters = []
+    missing = [
+        p.name
+        for p in parameters
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in given
+    ]
+    wanted = ", ".join(f"{name} = ..." for name in missing) or "..."
+    where = table_key(request)
+    if request.subject.kind == "function" and "." in request.subject.name:
+        where += f" (or [classes.{cls.__name__}], shared by every method)"
+    already = f"; init gives {', '.join(given)}" if given else ""
+    return (
+        f"{cls.__name__}(...) needs constructor arguments ({error}){already}; "
+        f"add to {request.config_label}: {where} init = {{ {wanted} }}"
+    )
 
 
 def build(request: CheckRequest, dtype: str) -> Built:
@@ -106,7 +145,7 @@ def build(request: CheckRequest, dtype: str) -> Built:
     forward = subject.forward
     assert forward is not None
     if subject.binding == "method":
-        instance = _construct(request, subject.owner, _init_kwargs(request), "method")  # type: ignore[arg-type]
+        instance = _construct(request, subject.owner, _init_kwargs(request, dtype), "method")  # type: ignore[arg-type]
         forward = forward.__get__(instance, subject.owner)
         namer = variable_namer(request, instance)
     elif subject.binding == "classmethod":
@@ -131,7 +170,7 @@ def _plan(request: CheckRequest, signature: inspect.Signature, dtype: str) -> Ca
                 continue
             signature_shapes[name] = (tuple(shape.as_list()), spec_dtype.name)
     table = "layers" if subject.kind == "layer" else "functions"
-    return plan_call(
+    plan = plan_call(
         signature,
         request.config,
         request.dims,
@@ -141,13 +180,14 @@ def _plan(request: CheckRequest, signature: inspect.Signature, dtype: str) -> Ca
         request.shape_overrides,
         signature_shapes,
     )
+    return plan.with_constants(lambda value: materialize(value, dtype))
 
 
 def _build_layer(request: CheckRequest, dtype: str) -> Built:
     subject = request.subject
     if isinstance(subject.obj, type):
         cls = subject.obj
-        kwargs = _init_kwargs(request)
+        kwargs = _init_kwargs(request, dtype)
         if "dtype" not in kwargs and _accepts_keyword(cls.__init__, "dtype"):
             kwargs["dtype"] = dtype
         layer = _construct(request, cls, kwargs, "layer")
@@ -222,48 +262,137 @@ class Probed:
 
 
 def probe(request: CheckRequest, plan: CallPlan, built: Built, dtype: str) -> Probed:
-    """The first candidate shapes the forward pass accepts, or why none did."""
+    """The first guessed inputs the forward pass accepts, or why none did (see :mod:`gradcheck.probing`)."""
     subject = request.subject
-    last_error: BaseException | None = None
-    errors: list[BaseException] = []
-    for shapes in candidate_shapes(plan.unknown):
-        for distribution in ("normal", "positive"):
-            candidate = plan.with_shapes(shapes, dtype).with_distribution(distribution)
-            harness = Harness(built.target, candidate, built.name_variable)
-            values = draw_values(candidate, subject_rng(request.settings.seed, subject.name, 0))
-            try:
-                outputs = harness.outputs(values)
-            except Exception as error:  # the forward refused these shapes (or these values)
-                if raised_by_gradcheck(error):
-                    raise
-                harness.restore()
-                last_error = error
-                errors.append(error)
-                continue
-            finally:
-                harness.restore()
-            if not outputs:
-                break
-            if all(np.all(np.isfinite(o)) for o in outputs):
-                described = ", ".join(f"{n}={format_shape(s)}" for n, s in shapes.items())
-                note = (
-                    f"no shapes configured: using guessed shapes {described}"
-                    + (f" ({distribution} draws)" if distribution != "normal" else "")
-                    + "; set them in the config to check the shapes you use"
-                )
-                return Probed(candidate, note=note)
+    names = plan.unknown
+    search = probing.Search(names, probing.hints_for(_documented(built, subject), names))
+
+    def forward(guess: probing.Guess) -> probing.Attempt:
+        candidate = plan.with_specs(guess_specs(guess, names, dtype))
+        harness = Harness(built.target, candidate, built.name_variable)
+        values = draw_values(candidate, subject_rng(request.settings.seed, subject.name, 0))
+        try:
+            outputs = harness.outputs(values)
+        except Exception as error:  # the forward refused these shapes (or these values)
+            if raised_by_gradcheck(error):
+                raise
+            return probing.Attempt(guess, error=error)
+        finally:
+            harness.restore()
+        return probing.Attempt(guess, finite=all(np.all(np.isfinite(o)) for o in outputs), outputs=bool(outputs))
+
+    found = search.run(forward, stop=_stop_probing)
+    if found is not None:
+        return Probed(plan.with_specs(guess_specs(found.guess, names, dtype)), note=probe_note(search, found, names))
+    return _no_shapes(request, search, dtype)
+
+
+def _stop_probing(attempts: list[probing.Attempt]) -> bool:
+    """Stop early where more guesses would not help.
+
+    Float64 inputs meeting float32 code: the check reruns in float32, which
+    probes again. The same error whatever the shapes: a bug, not a shape.
+    """
+    if attempts and attempts[-1].error is not None and dtype_clash(attempts[-1].error):
+        return True
+    last = [a.error for a in attempts[-3:]]
+    if len(last) < 3 or any(e is None for e in last):
+        return False
+    return len({(type(e), str(e)) for e in last}) == 1 and len({a.guess.shapes for a in attempts[-3:]}) > 1
+
+
+def _no_shapes(request: CheckRequest, search: probing.Search, dtype: str) -> Probed:
+    """Why no guess worked: the forward pass's own bug, float32 code, or a skip naming what to configure."""
+    subject = request.subject
+    errors = search.errors
     if errors and _same_failure_whatever_the_shapes(errors):
         raise UserCodeError(f"forward pass raised: {describe_exception(errors[-1], subject.path)}") from errors[-1]
-    if errors and all(dtype_clash(e) for e in errors) and dtype == "float64":
-        raise NeedsFloat32(errors[-1])
-    example = ", ".join(f"{name} = [4, 5]" for name in plan.unknown)
+    clash = next((e for e in reversed(errors) if dtype_clash(e)), None)
+    if clash is not None and dtype == "float64":
+        raise NeedsFloat32(clash)
+    names = search.names
+    ran = next((a for a in search.attempts if a.error is None), None)
+    if ran is not None:
+        # The suggestion is a shape the forward pass ran on (its values, not its shapes, failed).
+        shapes = dict(zip(names, ran.guess.shapes))
+        example = ", ".join(
+            f"{name} = {{ shape = {list(shape)}, low = ..., high = ... }}" for name, shape in shapes.items()
+        )
+    else:
+        example = ", ".join(f"{name} = [...]" for name in names)
+    last_error = errors[-1] if errors else None
     why = f" (last try: {describe_exception(last_error, subject.path)})" if last_error else ""
+    tried = f"{len(search.attempts)} tried"
     return Probed(
         None,
-        failure=f"no guessed shapes worked{why}",
-        skip_reason=f"no shapes configured for {', '.join(plan.unknown)} and no guessed shapes worked{why}; "
+        failure=f"no guessed shapes worked ({tried}){why}",
+        skip_reason=f"no shapes configured for {', '.join(names)} and no guessed shapes worked ({tried}){why}; "
         f"add to {request.config_label}: {table_key(request)} inputs = {{ {example} }}",
     )
+
+
+def _documented(built: Built, subject: Any) -> Any:
+    """The function whose signature and docstring describe the probed parameters."""
+    if subject.kind == "layer" and built.layer is not None:
+        return built.layer.call
+    return subject.forward
+
+
+def guess_specs(guess: probing.Guess, names: tuple[str, ...], dtype: str) -> dict[str, TensorSpec]:
+    """The tensor specs a guess stands for: float, integer (in an indexing range) or complex."""
+    floats = [shape for shape, kind in zip(guess.shapes, guess.kinds) if kind == "float"]
+    complex_dtype = "complex128" if dtype == "float64" else "complex64"
+    specs = {}
+    for name, shape, kind, positive in zip(names, guess.shapes, guess.kinds, guess.positive):
+        if kind == "integer":
+            low, high = probing.integer_range(name, floats)
+            specs[name] = TensorSpec(shape, "int32", "integer", float(low), float(high))
+        elif kind == "complex":
+            specs[name] = TensorSpec(shape, complex_dtype)
+        else:
+            square = len(shape) >= 2 and shape[-1] == shape[-2]
+            if guess.unit and not square:
+                specs[name] = TensorSpec(shape, dtype, "uniform", 0.1, 0.9)
+                continue
+            distribution = ("spd" if square else "positive") if positive else "normal"
+            specs[name] = TensorSpec(shape, dtype, distribution)
+    return specs
+
+
+def probe_note(search: probing.Search, found: probing.Attempt, names: tuple[str, ...]) -> str:
+    """What probing chose and why, for the report's notes."""
+    guess = found.guess
+    specs = guess_specs(guess, names, "float64")
+    described = ", ".join(
+        f"{name}={format_shape(spec.shape)}"
+        + (f" int32 in [{int(spec.low or 0)}, {int(spec.high or 0)})" if spec.distribution == "integer" else "")
+        + (" complex" if not spec.differentiable and spec.distribution != "integer" else "")
+        for name, spec in specs.items()
+    )
+    if guess.source != "small shapes":
+        described += f" ({guess.source})"
+    positive = [n for n, p, k in zip(names, guess.positive, guess.kinds) if p and k == "float"]
+    by_name = [n for n in positive if search.hints[n].positive]
+    if (
+        positive
+        and len(search.attempts) > 1
+        and search.attempts[-2].guess.shapes == guess.shapes
+        and set(by_name) != set(positive)
+    ):
+        before = search.attempts[-2]
+        what = "NaN or Inf" if before.error is None else f"an error ({type(before.error).__name__})"
+        described += (
+            f" (draws in [0.1, 0.9): positive draws gave {what})"
+            if guess.unit
+            else f" (positive draws: normal draws gave {what})"
+        )
+    elif positive and set(by_name) == set(positive):
+        described += (
+            f" ({', '.join(by_name)} drawn positive, as {'its name says' if len(by_name) == 1 else 'their names say'})"
+        )
+    elif positive:
+        described += " (positive draws)"
+    return f"no shapes configured: using guessed shapes {described}; set them in the config to check the shapes you use"
 
 
 def _same_failure_whatever_the_shapes(errors: list[BaseException]) -> bool:

@@ -33,17 +33,16 @@ from gradcheck.compare import (
     tolerance,
 )
 from gradcheck.config import Settings
-from gradcheck.inputs import subject_rng, symmetrize
-from gradcheck.numerics import (
+from gradcheck.finite_differences import (
     BatchedLoss,
-    Harness,
-    Outcome,
-    Source,
     default_step,
     directional_derivative,
     finite_difference_gradient,
     one_at_a_time,
 )
+from gradcheck.harness import Harness, Source
+from gradcheck.inputs import subject_rng, symmetrize
+from gradcheck.instrument import Outcome
 from gradcheck.results import Problem
 
 #: Input draws at most: the first, plus redraws where only finite differences disagree.

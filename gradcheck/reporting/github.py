@@ -10,11 +10,17 @@ and ``,``.
 
 :func:`render_summary` is the Markdown job summary; the command line appends
 it to the file that ``$GITHUB_STEP_SUMMARY`` names.
+
+User text (messages, names, paths) is :func:`~gradcheck.reporting.safe_text.shown`
+first, so no control character, lone surrogate or ``##[`` reaches the log; in
+the job summary it is :func:`~gradcheck.reporting.safe_text.markdown`, so it
+opens no tag, link, emphasis or code span.
 """
 
 from __future__ import annotations
 
 from gradcheck.reporting import RenderOptions
+from gradcheck.reporting.safe_text import html_text, markdown, shown
 from gradcheck.reporting.text import summary_line
 from gradcheck.results import Problem, Result, RunReport
 
@@ -56,11 +62,11 @@ def annotation_line(result: Result, problem: Problem | None) -> int | None:
 
 def _message(result: Result, problem: Problem) -> str:
     where = f"{result.name}: {problem.input}" if problem.input else result.name
-    lines = [f"{where} ({problem.check}): {problem.message}"]
+    lines = [f"{shown(where)} ({problem.check}): {shown(problem.message)}"]
     if problem.hint:
-        lines.append(f"hint: {problem.hint}")
+        lines.append(f"hint: {shown(problem.hint)}")
     if result.reproduce:
-        lines.append(f"reproduce: {result.reproduce}")
+        lines.append(f"reproduce: {shown(result.reproduce)}")
     return "\n".join(lines)
 
 
@@ -73,7 +79,7 @@ def annotations(report: RunReport) -> list[str]:
                 workflow_command(
                     "error",
                     _message(result, problem),
-                    file=result.path,
+                    file=shown(result.path) if result.path else None,
                     line=annotation_line(result, problem) if result.path else None,
                     title="gradcheck",
                 )
@@ -83,8 +89,8 @@ def annotations(report: RunReport) -> list[str]:
             commands.append(
                 workflow_command(
                     level,
-                    f"{result.name}: skipped: {result.skip_reason or 'no reason given'}",
-                    file=result.path,
+                    f"{shown(result.name)}: skipped: {shown(result.skip_reason or 'no reason given')}",
+                    file=shown(result.path) if result.path else None,
                     line=annotation_line(result, None) if result.path else None,
                     title="gradcheck",
                 )
@@ -99,8 +105,17 @@ def render(report: RunReport, options: RenderOptions) -> str:
 
 
 def _cell(text: str) -> str:
-    # A table cell is one line, and a pipe would end it.
-    return text.replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
+    # A table cell is one line (markdown() escapes newlines) and shows the text literally.
+    return markdown(text)
+
+
+def _code(text: str) -> str:
+    """``text`` as code: a code span (literal inside) where nothing in it can close the span, the cell or a tag."""
+    text = shown(text)
+    if not any(char in text for char in "`|<>&"):
+        return f"`{text}`"
+    # A backtick would close a code span and a pipe the table cell; escaped text in <code> closes nothing.
+    return f"<code>{markdown(text)}</code>"
 
 
 _ICONS = {"passed": "✅", "failed": "❌", "error": "💥", "skipped": "⏭️"}
@@ -116,18 +131,20 @@ def render_summary(report: RunReport) -> str:
             icon = f"{_ICONS[result.status]} {result.status}"
             if not result.problems:
                 reason = result.skip_reason or result.status
-                lines.append(f"| {icon} | `{_cell(result.id)}` | | | {_cell(reason)} |")
+                lines.append(f"| {icon} | {_code(result.id)} | | | {_cell(reason)} |")
             for problem in result.problems:
-                what = problem.message + (f"<br>*hint:* {problem.hint}" if problem.hint else "")
+                what = _cell(problem.message) + (f"<br>*hint:* {_cell(problem.hint)}" if problem.hint else "")
                 where = _cell(problem.input or "")
-                lines.append(f"| {icon} | `{_cell(result.id)}` | {where} | {problem.check} | {_cell(what)} |")
+                lines.append(f"| {icon} | {_code(result.id)} | {where} | {problem.check} | {what} |")
         lines.append("")
     passed = [r.id for r in report.results if r.status == "passed"]
     if passed:
-        lines += [f"Passed: {', '.join(f'`{_cell(item)}`' for item in passed)}", ""]
+        lines += [f"Passed: {', '.join(_code(item) for item in passed)}", ""]
     if report.not_checked:
-        lines += [f"Not checked: {', '.join(f'`{_cell(item)}`' for item in report.not_checked)}", ""]
+        lines += [f"Not checked: {', '.join(_code(item) for item in report.not_checked)}", ""]
     commands = [r.reproduce for r in troubled if r.reproduce]
     if commands:
-        lines += ["To reproduce:", "", "```sh", *commands, "```", ""]
+        # An HTML block, not a code fence: a path holding ``` would close a fence; escaped text closes no <pre>.
+        block = "\n".join(html_text(command) for command in commands)
+        lines += ["To reproduce:", "", f"<pre><code>{block}", "</code></pre>", ""]
     return "\n".join(lines)

@@ -9,7 +9,10 @@ difference has its own scale from 0 to its largest value, as the legend says.
 The worst element is outlined in all three panels.
 
 Built with ``xml.etree.ElementTree`` and written with its HTML serialiser, so
-every text and attribute is escaped by the library.
+every text and attribute is escaped by the library; before that, every text
+and attribute is :func:`~gradcheck.reporting.safe_text.shown` (control
+characters escaped as ``repr`` does; only ``<pre>`` and the style sheet keep
+their line breaks).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Callable
 
 from gradcheck.reporting import RenderOptions
 from gradcheck.reporting.heatmap import REFERENCE_NAMES, Grid, layout, pictured_problems
+from gradcheck.reporting.safe_text import shown
 from gradcheck.reporting.text import summary_line
 from gradcheck.results import Problem, Result, RunReport, format_shape
 
@@ -80,12 +84,15 @@ def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _element(parent: ET.Element, tag: str, text: str | None = None, **attributes: str) -> ET.Element:
+def _element(
+    parent: ET.Element, tag: str, text: str | None = None, *, lines: bool = False, **attributes: str
+) -> ET.Element:
+    """A child element; ``lines``: its text keeps its line breaks (``<pre>``, ``<style>``)."""
     element = ET.SubElement(
-        parent, tag, {key.rstrip("_").replace("_", "-"): value for key, value in attributes.items()}
+        parent, tag, {key.rstrip("_").replace("_", "-"): shown(value) for key, value in attributes.items()}
     )
     if text is not None:
-        element.text = text
+        element.text = shown(text, keep_newlines=lines)
     return element
 
 
@@ -262,7 +269,7 @@ def _result_section(body: ET.Element, index: int, result: Result) -> None:
             if problem.traceback:
                 details = _element(item, "details")
                 _element(details, "summary", "traceback")
-                _element(details, "pre", problem.traceback)
+                _element(details, "pre", problem.traceback, lines=True)
     shapes = {item.name: item.shape for item in result.inputs}
     for problem in pictured_problems(result.problems):
         heat_map_figure(section, problem, shapes.get(problem.input or ""))
@@ -281,7 +288,7 @@ def render(report: RunReport, options: RenderOptions) -> str:
     head = _element(html, "head")
     _element(head, "meta", charset="utf-8")
     _element(head, "title", f"gradcheck: {summary_line(report)}")
-    _element(head, "style", _STYLE)
+    _element(head, "style", _STYLE, lines=True)
     body = _element(html, "body")
     _element(body, "h1", "gradcheck report")
     _element(

@@ -23,7 +23,17 @@ def _finite(value: Any) -> Any:
 
 def render_json(report: RunReport) -> str:
     """The report as a JSON document, with a trailing newline."""
-    return json.dumps(_finite(report.to_dict()), indent=2) + "\n"
+    return json_document(_finite(report.to_dict()))
+
+
+def json_document(data: Any, ensure_ascii: bool = True) -> str:
+    """``data`` as indented JSON with a trailing newline, safe on a CI runner's standard output.
+
+    GitHub's runner takes ``##[`` anywhere in a line as a command, also inside
+    a JSON string; written as ``#\\u0023[`` it decodes to the same text and is
+    no command. (A line cannot start with ``::``: every string is quoted.)
+    """
+    return json.dumps(data, indent=2, ensure_ascii=ensure_ascii).replace("##[", "#\\u0023[") + "\n"
 
 
 def render(report: RunReport, options: RenderOptions) -> str:

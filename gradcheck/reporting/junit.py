@@ -5,7 +5,9 @@ the order they were checked, under a ``<testsuites>`` root. The elements and
 attributes are those of the common JUnit schema (Jenkins' ``junit-10.xsd``,
 which pytest's own JUnit output is tested against). Built with
 ``xml.etree.ElementTree``, so every text and attribute is escaped by the
-library, never by hand.
+library, never by hand. User text is first :func:`~gradcheck.reporting.safe_text.shown`:
+control characters escaped as ``repr`` does, which also keeps every name and
+message within what XML 1.0 can hold.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from gradcheck.reporting import RenderOptions
+from gradcheck.reporting.safe_text import shown
 from gradcheck.reporting.text import render_result_string
 from gradcheck.results import Result, RunReport
 
@@ -22,7 +25,13 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def _xml_text(text: str) -> str:
-    return _NOT_XML.sub("\ufffd", text)
+    """An element's text: several lines allowed, every other control character escaped."""
+    return _NOT_XML.sub("\ufffd", shown(text, keep_newlines=True))
+
+
+def _xml_attribute(text: str) -> str:
+    """An attribute (a name, a message): one line, every control character escaped."""
+    return _NOT_XML.sub("\ufffd", shown(text))
 
 
 def _time(seconds: float) -> str:
@@ -63,14 +72,18 @@ def _tracebacks(result: Result) -> str:
 
 def _testcase(suite: ET.Element, result: Result, report: RunReport) -> None:
     case = ET.SubElement(
-        suite, "testcase", classname=classname(result), name=_case_name(result), time=_time(result.seconds)
+        suite,
+        "testcase",
+        classname=_xml_attribute(classname(result)),
+        name=_xml_attribute(_case_name(result)),
+        time=_time(result.seconds),
     )
     checks = ",".join(dict.fromkeys(p.check for p in result.problems)) or result.status
     if result.status == "failed":
-        element = ET.SubElement(case, "failure", type=checks, message=_xml_text(_first_message(result)))
+        element = ET.SubElement(case, "failure", type=checks, message=_xml_attribute(_first_message(result)))
         element.text = _xml_text(render_result_string(result))
     elif result.status == "error":
-        element = ET.SubElement(case, "error", type=checks, message=_xml_text(_first_message(result)))
+        element = ET.SubElement(case, "error", type=checks, message=_xml_attribute(_first_message(result)))
         details = render_result_string(result)
         tracebacks = _tracebacks(result)
         element.text = _xml_text(details + ("\n" + tracebacks if tracebacks else ""))
@@ -78,9 +91,9 @@ def _testcase(suite: ET.Element, result: Result, report: RunReport) -> None:
         reason = result.skip_reason or "skipped"
         if "skipped" in report.fail_on:
             # --strict / --fail-on skipped: a skip fails the run, so reporters must show it as one.
-            element = ET.SubElement(case, "failure", type="skipped", message=_xml_text(reason))
+            element = ET.SubElement(case, "failure", type="skipped", message=_xml_attribute(reason))
         else:
-            element = ET.SubElement(case, "skipped", message=_xml_text(reason))
+            element = ET.SubElement(case, "skipped", message=_xml_attribute(reason))
         element.text = _xml_text(reason)
     if result.notes:
         ET.SubElement(case, "system-out").text = _xml_text("\n".join(result.notes))
@@ -115,9 +128,9 @@ def render(report: RunReport, options: RenderOptions) -> str:
         suite = ET.SubElement(
             root,
             "testsuite",
-            name=module,
+            name=_xml_attribute(module),
             time=_time(sum(r.seconds for r in results)),
-            file=module,
+            file=_xml_attribute(module),
             **_counts(results, report),
         )
         properties = ET.SubElement(suite, "properties")

@@ -5,18 +5,22 @@ problem points at the same line as its GitHub annotation. Artifact URIs are
 relative to the working directory under ``uriBaseId`` ``%SRCROOT%``.
 ``partialFingerprints`` hash only the function id, the check and the input,
 never numbers or timings, so one problem keeps its fingerprint across runs.
-Text is taken as-is: JSON escaping makes it safe.
+Text is taken as-is: JSON escaping makes it safe (non-ASCII as ``\\u``
+escapes, so a lone surrogate from a file name that is not UTF-8 still
+encodes). Artifact URIs are percent-encoded from the path's bytes, so a
+space or a file name that is not UTF-8 still makes a valid URI.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
+import urllib.parse
 from pathlib import Path
 
 from gradcheck.reporting import RenderOptions
 from gradcheck.reporting.github import annotation_line
+from gradcheck.reporting.json_report import json_document
 from gradcheck.results import CHECKS, VERSION, Problem, Result, RunReport
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -75,7 +79,8 @@ def _rules() -> list[dict]:
 def fingerprint(result: Result, problem: Problem) -> str:
     """A hash of what identifies a problem across runs: function id, check, input."""
     key = "\0".join((result.id, problem.check, problem.input or ""))
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+    # surrogatepass: a name or path that is not valid UTF-8 still hashes, and always the same way.
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _uri(path: str) -> str:
@@ -84,7 +89,12 @@ def _uri(path: str) -> str:
         relative = os.path.relpath(path)
     except ValueError:
         relative = path
-    return Path(relative).as_posix()
+    posix = Path(relative).as_posix()
+    try:
+        raw = os.fsencode(posix)  # a file name that is not UTF-8 comes back as its own bytes
+    except UnicodeEncodeError:
+        raw = posix.encode("utf-8", "surrogatepass")
+    return urllib.parse.quote(raw, safe="/")
 
 
 def _message(result: Result, problem: Problem) -> str:
@@ -132,4 +142,4 @@ def sarif(report: RunReport) -> dict:
 
 def render(report: RunReport, options: RenderOptions) -> str:
     """The SARIF log as indented JSON."""
-    return json.dumps(sarif(report), indent=2, ensure_ascii=False) + "\n"
+    return json_document(sarif(report))

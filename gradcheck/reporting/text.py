@@ -11,6 +11,7 @@ from rich.text import Text
 
 from gradcheck.reporting import RenderOptions
 from gradcheck.reporting.heatmap import PLAIN_RAMP, REFERENCE_NAMES, Grid, layout, level, pictured_problems
+from gradcheck.reporting.safe_text import cell, shown
 from gradcheck.results import Problem, Result, RunReport, format_shape
 
 #: The largest heat map drawn in the terminal, in cells (two characters each).
@@ -77,7 +78,7 @@ def result_line(result: Result) -> Text:
     label, style = _STATUS_STYLE[result.status]
     line = Text()
     line.append(f"{label:<8}", style=style)
-    line.append(result.id)
+    line.append(shown(result.id))
     extra = f" ({result.seconds:.2f}s"
     if result.dtype and result.dtype != "float64":
         extra += f", {result.dtype}"
@@ -102,13 +103,14 @@ def problem_table(problems: tuple[Problem, ...]) -> Table:
 
     Columns that no problem fills are left out.
     """
-    cells = [[cell(problem) for _, cell in _PROBLEM_COLUMNS] for problem in problems]
+    cells = [[value_of(problem) for _, value_of in _PROBLEM_COLUMNS] for problem in problems]
     keep = [i for i, (name, _) in enumerate(_PROBLEM_COLUMNS) if i < 2 or any(row[i] for row in cells)]
     table = Table(box=None, padding=(0, 2, 0, 0), show_edge=False, header_style="bold")
     for i in keep:
         table.add_column(_PROBLEM_COLUMNS[i][0], overflow="fold")
     for row in cells:
-        table.add_row(*(row[i] for i in keep))
+        # Text, not str: rich would parse a str cell as markup ("w [/]" raises MarkupError).
+        table.add_row(*(Text(cell(row[i])) for i in keep))
     return table
 
 
@@ -119,7 +121,8 @@ def input_table(result: Result) -> Table:
         table.add_column(column)
     for item in result.inputs:
         shape = "" if item.shape is None else format_shape(item.shape)
-        table.add_row(item.name, shape + (" guessed" if item.guessed else ""), item.dtype, item.role)
+        row = (item.name, shape + (" guessed" if item.guessed else ""), item.dtype, item.role)
+        table.add_row(*(Text(cell(value)) for value in row))
     return table
 
 
@@ -158,7 +161,7 @@ def heat_map_lines(problem: Problem, grid: Grid, colour: bool, shape: tuple[int,
             axes += " (largest over the other axes)"
     else:
         axes = "one row"
-    head = f"{problem.input}{shape_text}: |custom - {reference}|, {axes}"
+    head = f"{shown(problem.input)}{shape_text}: |custom - {reference}|, {axes}"
     if grid.block != (1, 1):
         head += f"; each cell the largest of {grid.block[0]}x{grid.block[1]} elements"
     border = Text("+" + "-" * (2 * grid.columns) + "+")
@@ -199,26 +202,28 @@ def _render_details(result: Result, console: Console, verbosity: int) -> None:
     indent = "    "
     verbose = verbosity > 0
     if result.status == "skipped" and result.skip_reason:
-        console.print(Text(indent + result.skip_reason, style="yellow"), soft_wrap=True)
+        console.print(Text(indent + shown(result.skip_reason), style="yellow"), soft_wrap=True)
     if result.problems:
         console.print(Padding(problem_table(result.problems), (0, 0, 0, len(indent)), expand=False), crop=False)
         for problem in result.problems:
-            head = f"{indent}{problem.input or result.name} ({problem.check}): "
-            console.print(Text(head, style="bold") + Text(problem.message), soft_wrap=True)
+            head = f"{indent}{shown(problem.input or result.name)} ({problem.check}): "
+            console.print(Text(head, style="bold") + Text(shown(problem.message)), soft_wrap=True)
             if problem.hint:
-                console.print(Text(f"{indent}  hint: ", style="cyan") + Text(problem.hint), soft_wrap=True)
+                console.print(Text(f"{indent}  hint: ", style="cyan") + Text(shown(problem.hint)), soft_wrap=True)
             if verbose and problem.traceback:
                 lines = problem.traceback.rstrip("\n").splitlines()
-                console.print(Text("\n".join(f"{indent}  | {line}" for line in lines), style="dim"), soft_wrap=True)
+                console.print(
+                    Text("\n".join(f"{indent}  | {shown(line)}" for line in lines), style="dim"), soft_wrap=True
+                )
         if verbosity >= 0:
             _render_heat_maps(result, console, indent)
     if verbose and result.inputs:
         console.print(Padding(input_table(result), (0, 0, 0, len(indent)), expand=False))
     if result.notes and (verbose or result.status != "passed"):
         for note in result.notes:
-            console.print(Text(f"{indent}note: {note}", style="dim"), soft_wrap=True)
+            console.print(Text(f"{indent}note: {shown(note)}", style="dim"), soft_wrap=True)
     if result.reproduce and result.status in ("failed", "error"):
-        console.print(Text(f"{indent}reproduce: ", style="dim") + Text(result.reproduce), soft_wrap=True)
+        console.print(Text(f"{indent}reproduce: ", style="dim") + Text(shown(result.reproduce)), soft_wrap=True)
 
 
 def render_result(result: Result, console: Console, verbosity: int = 0) -> None:

@@ -1,4 +1,4 @@
-"""Finite differences and the instrumented harness, against TensorFlow itself."""
+"""The instrumented harness and its batched losses, against TensorFlow itself."""
 
 from __future__ import annotations
 
@@ -6,17 +6,10 @@ import numpy as np
 import pytest
 
 from gradcheck import compare
+from gradcheck.finite_differences import Perturbations, directional_derivative
+from gradcheck.harness import Harness
 from gradcheck.inputs import Argument, CallPlan, TensorSpec
-from gradcheck.numerics import (
-    FunctionTarget,
-    Harness,
-    Perturbations,
-    default_step,
-    directional_derivative,
-    element_directions,
-    finite_difference_gradient,
-    one_at_a_time,
-)
+from gradcheck.targets import FunctionTarget
 
 tf = pytest.importorskip("tensorflow")
 
@@ -27,51 +20,6 @@ def _plan(**shapes: tuple[int, ...]) -> CallPlan:
             Argument(name=n, role="input", spec=TensorSpec(shape=s, dtype="float64")) for n, s in shapes.items()
         )
     )
-
-
-def _loss(function):  # type: ignore[no-untyped-def]
-    def loss(values):  # type: ignore[no-untyped-def]
-        value = function(values["x"])
-        return float(np.sum(value)), float(np.sum(np.abs(value)))
-
-    return loss
-
-
-def test_step_is_cbrt_of_machine_epsilon() -> None:
-    assert default_step("float64") == pytest.approx(6.06e-6, rel=1e-2)
-    assert default_step("float32") == pytest.approx(4.9e-3, rel=1e-2)
-
-
-def test_directional_derivative_of_a_cubic_is_accurate() -> None:
-    x = np.array([0.3, -1.2, 2.0])
-    direction = np.array([1.0, 0.5, -2.0])
-    losses = one_at_a_time(_loss(lambda v: v**3), {"x": x})
-    estimate = directional_derivative(losses, "x", direction, 1e-3, "float64")
-    assert estimate.value == pytest.approx(float(np.sum(3 * x**2 * direction)), rel=1e-9)
-    assert estimate.error < 1e-4
-
-
-def test_relative_step_handles_large_inputs() -> None:
-    """A fixed absolute step drowns in rounding at |x| ~ 1e5; scaling it by |x| does not."""
-    x = np.array([3.0e4, 7.0e4, 1.0e5])
-    scale = np.maximum(1.0, np.abs(x))
-    losses = one_at_a_time(_loss(lambda v: v**3), {"x": x})
-    gradient, _, _ = finite_difference_gradient(losses, x, "x", scale, default_step("float64"), "float64", False)
-    assert np.allclose(gradient, 3 * x**2, rtol=1e-7)
-    fixed, _, _ = finite_difference_gradient(losses, x, "x", np.ones(3), 1e-9, "float64", False)
-    assert not np.allclose(fixed, 3 * x**2, rtol=1e-5)
-
-
-def test_symmetric_inputs_are_perturbed_in_pairs() -> None:
-    groups = element_directions((3, 3), symmetric=True)
-    assert len(groups) == 6
-    assert ((0, 1), (1, 0)) in groups and ((2, 2),) in groups
-    # A function of the lower triangle only: the symmetric estimate is the symmetric part.
-    x = np.array([[2.0, 0.3, 0.1], [0.3, 3.0, 0.2], [0.1, 0.2, 4.0]])
-    weights = np.tril(np.arange(1.0, 10.0).reshape(3, 3))
-    losses = one_at_a_time(_loss(lambda v: np.sum(weights * v, keepdims=True)), {"x": x})
-    gradient, _, _ = finite_difference_gradient(losses, x, "x", np.ones((3, 3)), 1e-4, "float64", True)
-    assert np.allclose(gradient, 0.5 * (weights + weights.T))
 
 
 def test_harness_records_what_the_backward_returned() -> None:

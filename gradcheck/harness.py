@@ -1,0 +1,374 @@
+"""Runs one call target the ways gradcheck needs: forward, custom and native gradients, losses.
+
+:class:`Harness` runs a custom-gradient subject through its call target
+(:mod:`gradcheck.targets`) with one call plan: with the custom gradients
+instrumented (:mod:`gradcheck.instrument`) to see exactly what the backward
+function returned and whether TensorFlow called it at all, natively (autodiff
+of the undecorated forward under a ``GradientTape``), eagerly or inside a
+``tf.function``, and forward only, batched (:mod:`gradcheck.batching`), for
+the finite differences of :mod:`gradcheck.finite_differences`. It computes,
+never judges.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gradcheck import _tf
+from gradcheck.batching import Batcher
+from gradcheck.finite_differences import BatchedLoss
+from gradcheck.inputs import CallPlan
+from gradcheck.instrument import BackwardRecord, Outcome, raised_by_gradcheck, to_float64
+from gradcheck.targets import CallTarget
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One float output of the forward pass, which gets a random upstream."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Source:
+    """Something a gradient is taken with respect to: an input tensor or a variable."""
+
+    name: str
+    """The input's argument name, or the variable's name."""
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str = "input"
+    """``input`` or ``variable``."""
+    symmetric: bool = False
+    """Only symmetric perturbations are meaningful (spd inputs)."""
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+def _default_variable_name(variable: Any) -> str:
+    name = getattr(variable, "name", "variable")
+    return name[:-2] if name.endswith(":0") else name
+
+
+class Harness:
+    """Runs one call target with one call plan: forward, custom and native gradients, losses.
+
+    ``values`` everywhere is a dict from a leaf argument's or a variable's
+    name to a float64 (or integer) numpy array, or the constant itself.
+    Variables are set from ``values`` before each call, and :meth:`restore`
+    puts the user's values back.
+    """
+
+    def __init__(self, target: CallTarget, plan: CallPlan, name_variable: Callable[[Any], str] | None = None) -> None:
+        self.target = target
+        self.plan = plan
+        self._name_variable = name_variable or _default_variable_name
+        self.variables: list[tuple[str, Any]] = []
+        self._originals: dict[str, np.ndarray] = {}
+        self._assigned: dict[str, Any] = {}
+        self._graph_vjp: Any = None
+        self._graph_records: list[BackwardRecord] = []
+        self._graph_native: Any = None
+        self.output_specs: list[OutputSpec] | None = None
+        self._batcher = Batcher(self)
+        #: Per input: how its finite differences are batched (``stack``, ``vectorized``, ``loop``) and why.
+        self.batching: dict[str, tuple[str, str]] = self._batcher.strategies
+        #: Where each float output sits in the result (a dict key, a tuple index), in upstream order.
+        self.output_labels: list[str] = []
+        #: How many times the forward ran for finite differences and probing.
+        self.forward_evaluations = 0
+
+    # -- sources and values ----------------------------------------------------
+
+    @property
+    def sources(self) -> list[Source]:
+        """Inputs then variables: everything a gradient is checked for."""
+        found = [
+            Source(a.name, a.spec.shape, a.spec.dtype, "input", a.spec.symmetric)  # type: ignore[union-attr]
+            for a in self.plan.differentiable
+        ]
+        found.extend(
+            Source(name, tuple(variable.shape.as_list()), variable.dtype.name, "variable")
+            for name, variable in self.variables
+        )
+        return found
+
+    def variable_values(self) -> dict[str, np.ndarray]:
+        """The current value of every variable the forward pass reads."""
+        return {name: to_float64(variable) for name, variable in self.variables}
+
+    def as_tensors(self, values: dict[str, Any]) -> dict[str, Any]:
+        """TF tensors for the tensor leaves; variables assigned from ``values``."""
+        tf = _tf.tensorflow()
+        tensors: dict[str, Any] = {}
+        for leaf in self.plan.leaves:
+            value = values[leaf.name]
+            if leaf.spec is not None:
+                value = tf.constant(np.asarray(value), dtype=leaf.spec.dtype)
+            tensors[leaf.name] = value
+        for name, variable in self.variables:
+            value = values.get(name)
+            # Keep the array itself, not its id: ids of freed arrays are reused.
+            if value is not None and self._assigned.get(name) is not value:
+                variable.assign(np.asarray(value, dtype=variable.dtype.as_numpy_dtype))
+                self._assigned[name] = value
+        return tensors
+
+    def restore(self) -> None:
+        """Put every variable back to the value it had before the check."""
+        for name, variable in self.variables:
+            if name in self._originals:
+                variable.assign(self._originals[name].astype(variable.dtype.as_numpy_dtype))
+        self._assigned.clear()
+
+    def _arguments(self, tensors: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        return self.plan.build(lambda leaf: tensors[leaf.name])
+
+    def _float_outputs(self, result: Any) -> list[Any]:
+        tf = _tf.tensorflow()
+        flat = tf.nest.flatten(result)
+        return [t for t in flat if isinstance(t, (tf.Tensor, tf.Variable)) and t.dtype.is_floating]
+
+    def _source_tensors(self, tensors: dict[str, Any]) -> list[Any]:
+        return [tensors[a.name] for a in self.plan.differentiable] + [v for _, v in self.variables]
+
+    def _densify(self, grads: list[Any]) -> dict[str, np.ndarray | None]:
+        tf = _tf.tensorflow()
+        dense: dict[str, np.ndarray | None] = {}
+        for source, grad in zip(self.sources, grads):
+            if grad is None:
+                dense[source.name] = None
+                continue
+            if isinstance(grad, tf.IndexedSlices):
+                grad = tf.convert_to_tensor(grad)
+            dense[source.name] = to_float64(grad)
+        return dense
+
+    # -- forward ---------------------------------------------------------------
+
+    def outputs(self, values: dict[str, Any]) -> list[np.ndarray]:
+        """The float outputs of the forward pass (native path), eagerly, as float64.
+
+        The first call also finds the variables the forward pass reads.
+        """
+        tf = _tf.tensorflow()
+        self.forward_evaluations += 1
+        tensors = self.as_tensors(values)
+        args, kwargs = self._arguments(tensors)
+        if self.output_specs is None:
+            with tf.GradientTape(watch_accessed_variables=True) as tape:
+                result = self.target.native(args, kwargs)
+            self._discover_variables(tape.watched_variables())
+        else:
+            result = self.target.native(args, kwargs)
+        flat = self._float_outputs(result)
+        if self.output_specs is None:
+            self.output_specs = [OutputSpec(tuple(t.shape.as_list()), t.dtype.name) for t in flat]
+            self.output_labels = [
+                path or str(index)
+                for index, (path, t) in enumerate(_tf.flatten_with_paths(result))
+                if any(t is f for f in flat)
+            ]
+        return [to_float64(t) for t in flat]
+
+    def _discover_variables(self, watched: Any) -> None:
+        named: list[tuple[str, Any]] = []
+        used: set[str] = set()
+        for variable in watched:
+            name = self._name_variable(variable)
+            while name in used:
+                name += "_"
+            used.add(name)
+            named.append((name, variable))
+        self.variables = named
+        self._originals = {name: np.asarray(v.numpy()).copy() for name, v in named}
+
+    def native_outputs(self, tensors: dict[str, Any]) -> list[Any]:
+        """The float outputs of one native forward call on ``tensors``, counted as a forward evaluation."""
+        args, kwargs = self._arguments(tensors)
+        self.forward_evaluations += 1
+        return self._float_outputs(self.target.native(args, kwargs))
+
+    @property
+    def output_size(self) -> int:
+        """Elements in all float outputs of the forward pass together (0 before the first :meth:`outputs`)."""
+        return sum(int(np.prod(s.shape, dtype=np.int64)) for s in self.output_specs or [])
+
+    def loss(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> tuple[float, float]:
+        """``sum_i <upstream_i, output_i>`` and ``sum_i |upstream_i * output_i|`` (its rounding scale)."""
+        outputs = self.outputs(values)
+        total = 0.0
+        scale = 0.0
+        for upstream, output in zip(upstreams, outputs):
+            products = upstream * output
+            total += float(np.sum(products))
+            scale += float(np.sum(np.abs(products)))
+        return total, scale
+
+    # -- gradients -------------------------------------------------------------
+
+    def upstream_tensors(self, upstreams: list[np.ndarray]) -> list[Any]:
+        """The upstream arrays as tensors of their outputs' dtypes."""
+        tf = _tf.tensorflow()
+        specs = self.output_specs or []
+        return [tf.constant(u, dtype=s.dtype) for u, s in zip(upstreams, specs)]
+
+    def _vjp(
+        self, call: Callable[[list[Any], dict[str, Any]], Any], tensors: dict[str, Any], upstream_list: list[Any]
+    ) -> list[Any]:
+        tf = _tf.tensorflow()
+        sources = self._source_tensors(tensors)
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            for source in sources:
+                tape.watch(source)
+            args, kwargs = self._arguments(tensors)
+            result = call(args, kwargs)
+        targets = self._float_outputs(result)
+        return tape.gradient(targets, sources, output_gradients=upstream_list)
+
+    def custom(self, values: dict[str, Any], upstreams: list[np.ndarray], execution: str) -> Outcome:
+        """The custom vector-Jacobian product, through TensorFlow's own custom_gradient."""
+        if execution == "function":
+            return self._custom_function(values, upstreams)
+        records: list[BackwardRecord] = []
+        try:
+            tensors = self.as_tensors(values)
+            grads = self._vjp(
+                lambda a, k: self.target.custom(a, k, records, True), tensors, self.upstream_tensors(upstreams)
+            )
+        except Exception as error:  # the user's code (or TF on its behalf) raised
+            if raised_by_gradcheck(error):
+                raise
+            return Outcome("eager", records, error=error)
+        return Outcome("eager", records, grads=self._densify(grads))
+
+    def _graph(self, call: Callable[[list[Any], dict[str, Any]], Any]) -> tuple[Any, list[str], list[bool]]:
+        """A ``tf.function`` computing the VJP of ``call``, traced once per shape signature."""
+        tf = _tf.tensorflow()
+        names = [a.name for a in self.plan.tensors]
+        constants = {a.name: a.value for a in self.plan.leaves if a.spec is None}
+        nones: list[bool] = []
+
+        def vjp(tensor_list: list[Any], upstream_list: list[Any]) -> list[Any]:
+            tensors = dict(zip(names, tensor_list))
+            tensors.update(constants)
+            grads = self._vjp(call, tensors, upstream_list)
+            nones[:] = [g is None for g in grads]
+            sources = self._source_tensors(tensors)
+            return [tf.zeros_like(s) if g is None else tf.convert_to_tensor(g) for g, s in zip(grads, sources)]
+
+        # A partial (no __code__) gives each harness trace statistics of its own,
+        # so TensorFlow does not call one trace per checked function "retracing".
+        return tf.function(functools.partial(vjp), autograph=False), names, nones
+
+    def _run_graph(
+        self, graph: tuple[Any, list[str], list[bool]], values: dict[str, Any], upstreams: list[np.ndarray]
+    ) -> dict[str, np.ndarray | None]:
+        function, names, nones = graph
+        tensors = self.as_tensors(values)
+        grads = function([tensors[n] for n in names], self.upstream_tensors(upstreams))
+        dense = self._densify(list(grads))
+        for source, is_none in zip(self.sources, nones):
+            if is_none:
+                dense[source.name] = None
+        return dense
+
+    def _custom_function(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> Outcome:
+        if self._graph_vjp is None:
+            records = self._graph_records
+            self._graph_vjp = self._graph(lambda a, k: self.target.custom(a, k, records, False))
+        try:
+            dense = self._run_graph(self._graph_vjp, values, upstreams)
+        except Exception as error:  # the user's code raised while tracing or running
+            if raised_by_gradcheck(error):
+                raise
+            return Outcome("function", self._graph_records, error=error)
+        return Outcome("function", self._graph_records, grads=dense)
+
+    def native(self, values: dict[str, Any], upstreams: list[np.ndarray], execution: str = "eager") -> Outcome:
+        """Native autodiff of the same forward pass: the backward function is never called."""
+        try:
+            if execution == "function":
+                if self._graph_native is None:
+                    self._graph_native = self._graph(self.target.native)
+                return Outcome("function", grads=self._run_graph(self._graph_native, values, upstreams))
+            tensors = self.as_tensors(values)
+            grads = self._vjp(self.target.native, tensors, self.upstream_tensors(upstreams))
+        except Exception as error:  # the user's forward raised
+            if raised_by_gradcheck(error):
+                raise
+            return Outcome(execution, error=error)
+        return Outcome(execution, grads=self._densify(grads))
+
+    def second_order(
+        self, values: dict[str, Any], upstreams: list[np.ndarray], weights: dict[str, np.ndarray], path: str
+    ) -> Outcome:
+        """The gradient of ``sum_j <weights_j, first-order gradient_j>`` with respect to every source.
+
+        ``path`` is ``custom`` (differentiating through the user's backward
+        function) or ``native`` (through TensorFlow's own).
+        """
+        tf = _tf.tensorflow()
+        records: list[BackwardRecord] = []
+        call = (lambda a, k: self.target.custom(a, k, records, True)) if path == "custom" else self.target.native
+        try:
+            tensors = self.as_tensors(values)
+            sources = self._source_tensors(tensors)
+            with tf.GradientTape(watch_accessed_variables=False) as outer:
+                for source in sources:
+                    outer.watch(source)
+                first = self._vjp(call, tensors, self.upstream_tensors(upstreams))
+                total = tf.constant(0.0, dtype=tf.float64)
+                for source, grad in zip(self.sources, first):
+                    if grad is None or source.name not in weights:
+                        continue
+                    grad = tf.convert_to_tensor(grad)
+                    weight = tf.constant(weights[source.name], dtype=grad.dtype)
+                    total += tf.cast(tf.reduce_sum(weight * grad), tf.float64)
+            second = outer.gradient(total, sources)
+        except Exception as error:  # the user's backward function is not differentiable, or raised
+            if raised_by_gradcheck(error):
+                raise
+            return Outcome("eager", records, error=error)
+        return Outcome("eager", records, grads=self._densify(second))
+
+    # -- batched losses for finite differences -------------------------------
+
+    def losses(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> BatchedLoss:
+        """The loss at many perturbations of one input, in as few forward calls as the function allows.
+
+        Three ways, tried in order and validated once per input against
+        one-at-a-time evaluation (see :mod:`gradcheck.batching`): stacking the
+        perturbed copies along a new leading axis (for functions that
+        broadcast over it, as elementwise ops and matmul do),
+        ``tf.vectorized_map`` over them, or a loop.
+        """
+        return self._batcher.losses(values, upstreams)
+
+    def first_order_loss(
+        self, values: dict[str, Any], upstreams: list[np.ndarray], weights: dict[str, np.ndarray]
+    ) -> tuple[float, float]:
+        """``sum_j <weights_j, custom gradient_j>``: the function whose gradient second order checks."""
+        outcome = self.custom(values, upstreams, "eager")
+        if outcome.error is not None:
+            raise outcome.error
+        assert outcome.grads is not None
+        total = 0.0
+        scale = 0.0
+        for name, weight in weights.items():
+            grad = outcome.grads.get(name)
+            if grad is None or grad.shape != weight.shape:
+                continue
+            products = weight * grad
+            total += float(np.sum(products))
+            scale += float(np.sum(np.abs(products)))
+        return total, scale

@@ -1,0 +1,24 @@
+"""How to call each kind of subject, and how to switch its custom gradients off.
+
+Every target follows :class:`~gradcheck.targets.protocol.CallTarget`: a
+``custom`` call with the custom gradients in force (and instrumented where
+gradcheck can reach them) and a ``native`` call of the same forward pass with
+them switched off. One module per kind:
+
+- :mod:`~gradcheck.targets.function`: a custom-gradient function, called directly;
+- :mod:`~gradcheck.targets.wrapper`: a function behind ``tf.recompute_grad`` and the like;
+- :mod:`~gradcheck.targets.layer`: a Keras layer whose ``call`` reaches custom-gradient
+  functions by name, swapped for the call with :mod:`~gradcheck.targets.patch`.
+
+A new kind is a new module here with one class that has the two methods.
+"""
+
+from __future__ import annotations
+
+from gradcheck.targets.function import FunctionTarget
+from gradcheck.targets.layer import LayerTarget
+from gradcheck.targets.patch import Patch
+from gradcheck.targets.protocol import CallTarget
+from gradcheck.targets.wrapper import WrapperTarget
+
+__all__ = ["CallTarget", "FunctionTarget", "LayerTarget", "Patch", "WrapperTarget"]

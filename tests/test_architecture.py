@@ -1,0 +1,172 @@
+"""The package's shape, as docs/architecture.md states it: imports run one way, TensorFlow and click
+stay behind one module each, the library never prints or exits, and every module has its line in the map.
+
+These read the source with the ast (no import), so they run without TensorFlow.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "gradcheck"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES: dict[str, Path] = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imported(name: str, path: Path) -> Iterator[tuple[str, ast.AST]]:
+    """Every module name an import statement of ``path`` names (type-checking and local imports too)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            for alias in node.names:
+                # ``from gradcheck import _tf`` imports the module _tf, not the package's __init__.
+                submodule = f"{base}.{alias.name}"
+                yield (submodule if submodule in MODULES else base), node
+
+
+def _graph() -> dict[str, set[str]]:
+    """Edges between gradcheck's own modules."""
+    return {
+        name: {target for target, _ in _imported(name, path) if target in MODULES and target != name}
+        for name, path in MODULES.items()
+    }
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_import_graph_has_no_cycles() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_a_cycle_is_found_where_there_is_one() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+#: The foundations: what they may import of gradcheck (nothing above them).
+FOUNDATIONS = {
+    "gradcheck.results": set(),
+    "gradcheck.errors": set(),
+    "gradcheck.tracebacks": set(),
+    "gradcheck.finite_differences": set(),
+    "gradcheck.compare": {"gradcheck.results"},
+    "gradcheck.run": {"gradcheck.results"},
+    "gradcheck._tf": {"gradcheck.errors"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOUNDATIONS))
+def test_foundations_import_nothing_above_them(name: str) -> None:
+    assert _graph()[name] <= FOUNDATIONS[name]
+
+
+def test_reporters_only_know_results_and_each_other() -> None:
+    for name, targets in _graph().items():
+        if name.startswith("gradcheck.reporting"):
+            assert {t for t in targets if not t.startswith("gradcheck.reporting")} <= {"gradcheck.results"}, name
+
+
+def test_nothing_below_the_command_line_imports_it_or_the_run() -> None:
+    top = {"gradcheck.cli", "gradcheck.__main__", "gradcheck.pytest_plugin"}
+    for name, targets in _graph().items():
+        if name not in top:
+            assert not targets & top, name
+
+
+def _third_party(prefix: str) -> set[str]:
+    return {
+        name
+        for name, path in MODULES.items()
+        for target, _ in _imported(name, path)
+        if target == prefix or target.startswith(prefix + ".")
+    }
+
+
+def test_tensorflow_is_imported_by_one_module() -> None:
+    assert _third_party("tensorflow") | _third_party("keras") <= {"gradcheck._tf"}
+
+
+def test_click_is_imported_by_the_command_line_only() -> None:
+    assert _third_party("click") <= {"gradcheck.cli"}
+
+
+def test_the_library_never_prints_or_exits() -> None:
+    offenders = []
+    for name, path in MODULES.items():
+        if name in {"gradcheck.cli", "gradcheck.__main__"}:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            called = ast.unparse(node.func)
+            # The worker's child process ends itself when its parent is gone; nothing else may.
+            allowed = {"os._exit"} if name == "gradcheck.worker" else set()
+            if called in {"print", "sys.exit", "exit", "quit", "os._exit"} - allowed:
+                offenders.append(f"{name}: {called}")
+    assert offenders == []
+
+
+def test_the_architecture_page_has_a_line_for_every_module() -> None:
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for path in MODULES.values():
+        # A subpackage has its row (`checking/`), and each of its modules is named in it (`audit.py`).
+        if path.name == "__init__.py" and path.parent != PACKAGE:
+            shown = path.parent.relative_to(PACKAGE).as_posix() + "/"
+        else:
+            shown = path.name
+        assert f"`{shown}`" in page, shown
+
+
+def test_the_version_literal_is_written_once() -> None:
+    version = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
+    assert version is not None
+    holders = [path for path in MODULES.values() if f'"{version.group(1)}"' in path.read_text(encoding="utf-8")]
+    assert holders == []

@@ -1,0 +1,236 @@
+"""Probing: inputs found with no config for the signatures real code has (issue 10, item 3)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import gradcheck
+from gradcheck import probing
+from gradcheck.probing import Attempt, Guess, Search, hints_for, learn_from_error
+from tests.helpers import FIXTURES, by_name, invoke, load_copy, run_json, write
+
+SIGNATURES = FIXTURES / "probing" / "signatures.py"
+
+
+# -- what the code says (no TensorFlow) ----------------------------------------
+
+
+def _function(source: str) -> Any:
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)
+    return namespace["f"]
+
+
+def test_docstring_shapes_in_the_three_usual_spellings() -> None:
+    f = _function(
+        "def f(x, y, n, other):\n"
+        '    """Doc.\n\n'
+        "    Args:\n"
+        "      x: Tensor of shape `[batch, time, depth]`.\n"
+        "      y: Floating-point `Tensor` of shape [B, T,\n"
+        "        D], continued on a second line.\n"
+        "      n: Tensor of shape `[n]`.\n"
+        "      other: no shape here.\n"
+        '    """\n'
+    )
+    hints = hints_for(f, ("x", "y", "n", "other"))
+    assert hints["x"].shape == ("batch", "time", "depth")
+    assert hints["y"].shape == ("B", "T", "D")
+    assert hints["n"].shape == ("n",)
+    assert hints["other"].shape is None
+
+
+def test_documented_names_get_one_size_each_and_leading_ellipsis_is_dropped() -> None:
+    f = _function(
+        'def f(matrix, rhs):\n    """Solve.\n\n    Args:\n      matrix: `Tensor` of shape `[..., N, N]`.\n'
+        '      rhs: `Tensor` of shape `[..., N, K]`.\n    """\n'
+    )
+    hints = hints_for(f, ("matrix", "rhs"))
+    assert probing.documented_shapes(("matrix", "rhs"), hints) == ((3, 3), (3, 4))
+
+
+@pytest.mark.parametrize("name", ["labels", "indices", "ids", "token_ids", "lengths", "label_length", "mask"])
+def test_integer_names(name: str) -> None:
+    assert hints_for(None, (name,))[name].integer
+
+
+def test_integer_annotation_and_positive_names() -> None:
+    f = _function("def f(steps: int, x: float, scale, concentration, loc): pass")
+    hints = hints_for(f, ("steps", "x", "scale", "concentration", "loc"))
+    assert hints["steps"].integer and not hints["x"].integer
+    assert hints["scale"].positive and hints["concentration"].positive and not hints["loc"].positive
+
+
+def test_positive_from_the_docstring() -> None:
+    f = _function('def f(rate):\n    """Doc.\n\n    Args:\n      rate: the rate; must be positive.\n    """\n')
+    assert hints_for(f, ("rate",))["rate"].positive
+    g = _function('def f(w):\n    """Doc.\n\n    Args:\n      w: strictly positive weights.\n    """\n')
+    assert hints_for(g, ("w",))["w"].positive
+
+
+def test_integer_ranges_index_the_smallest_axis() -> None:
+    assert probing.integer_range("labels", [(3, 4)]) == (0, 3)
+    assert probing.integer_range("mask", [(3, 4)]) == (0, 2)
+    assert probing.integer_range("lengths", [(5, 4)]) == (1, 5)
+
+
+# -- what TensorFlow says ------------------------------------------------------
+
+_PAIR = Guess(shapes=((3, 4), (3, 4)), kinds=("float", "float"), positive=(False, False))
+
+
+def test_learns_the_rank_from_tensorflows_message() -> None:
+    learned = learn_from_error("Expected input 0 to have rank 3 but got: 2 [Op:Einsum]", _PAIR)
+    assert learned[0].shapes == ((2, 3, 4), (2, 3, 4))
+    assert ((2, 3, 4), (2, 4, 5)) in [g.shapes for g in learned]
+    four = learn_from_error("convolution input must be 4-dimensional: [3,4]", _PAIR)
+    assert four[0].shapes == ((2, 3, 4, 5), (2, 3, 4, 5))
+
+
+def test_learns_matmul_chains_and_broadcasts() -> None:
+    chained = learn_from_error("Matrix size-incompatible: In[0]: [3,4], In[1]: [3,4] [Op:MatMul]", _PAIR)
+    assert chained[0].shapes == ((3, 4), (4, 5))
+    triple = Guess(shapes=((3, 4), (4, 5), (5, 6)), kinds=("float",) * 3, positive=(False,) * 3)
+    broadcast = learn_from_error("Incompatible shapes: [3,5] vs. [5,6] [Op:AddV2]", triple)
+    assert broadcast[0].shapes == ((3, 4), (4, 5), (5,))
+
+
+def test_learns_complex_one_parameter_at_a_time_and_positive_after_a_domain_error() -> None:
+    complex_ = learn_from_error(
+        "Value for attr 'Tcomplex' of double is not in the list of allowed values: complex64", _PAIR
+    )
+    assert [g.kinds for g in complex_] == [("complex", "float"), ("float", "complex"), ("complex", "complex")]
+    domain = learn_from_error("Condition x > 0 did not hold element-wise", _PAIR)
+    assert domain == [_PAIR.with_positive()]
+
+
+def test_probing_is_bounded() -> None:
+    calls = []
+
+    def forward(guess: Guess) -> Attempt:
+        calls.append(guess)
+        return Attempt(guess, error=ValueError(f"shape {len(calls)} is wrong, try rank 3 or Incompatible shapes"))
+
+    search = Search(("x", "y"), hints_for(None, ("x", "y")))
+    assert search.run(forward) is None
+    assert len(calls) == probing.MAX_ATTEMPTS
+    assert len(set(calls)) == len(calls)  # never the same guess twice
+
+
+# -- the fixtures, through the command line ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def signatures_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("probing")
+    (folder / "gradcheck.toml").write_text("", encoding="utf-8")
+    shutil.copy(SIGNATURES, folder / "signatures.py")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        return by_name(run_json("signatures.py", "--shape-only"))
+
+
+def _shapes(result: dict[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
+    return {i["name"]: (tuple(i["shape"]), i["dtype"]) for i in result["inputs"]}
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("attention_scores", {"queries": ((3, 4, 5), "float64"), "keys": ((3, 2, 5), "float64")}),
+        ("batched_matmul", {"x": ((2, 3, 4), "float64"), "y": ((2, 4, 5), "float64")}),
+        ("conv_images", {"images": ((2, 3, 3, 4), "float64"), "kernel": ((2, 3, 4, 5), "float64")}),
+        ("affine", {"x": ((3, 4), "float64"), "w": ((4, 5), "float64"), "b": ((5,), "float64")}),
+        ("sparse_xent", {"logits": ((3, 4), "float64"), "labels": ((3,), "int32")}),
+        ("gather_rows", {"params": ((3, 4), "float64"), "indices": ((3,), "int32")}),
+        ("masked_sum", {"x": ((3, 4), "float64"), "mask": ((3, 4), "int32")}),
+        ("normal_log_density", {"x": ((3, 4), "float64"), "scale": ((3, 4), "float64")}),
+        ("log_det", {"matrix": ((4, 4), "float64")}),
+        ("sqrt_sum", {"x": ((3, 4), "float64")}),
+        ("pinned_float32", {"x": ((3, 4), "float32")}),
+        ("spectrum_energy", {"signal": ((3, 4), "complex128"), "gain": ((3, 4), "float64")}),
+    ],
+)
+def test_probing_finds_working_inputs(signatures_report: dict[str, Any], name: str, expected: dict) -> None:
+    result = signatures_report[name]
+    assert result["status"] == "passed", result
+    assert _shapes(result) == expected
+    assert all(i.get("guessed") for i in result["inputs"])
+
+
+def test_the_report_says_where_the_inputs_came_from(signatures_report: dict[str, Any]) -> None:
+    def note(name: str) -> str:
+        return next(n for n in signatures_report[name]["notes"] if "guessed shapes" in n)
+
+    assert "(from the docstring)" in note("attention_scores")
+    assert "after TensorFlow's" in note("batched_matmul")
+    assert "labels=(3,) int32 in [0, 3)" in note("sparse_xent")
+    assert "scale drawn positive, as its name says" in note("normal_log_density")
+    assert "positive draws: normal draws gave NaN or Inf" in note("sqrt_sum")
+    assert "positive draws" in note("log_det")
+
+
+def test_gives_up_with_a_skip_that_suggests_no_untried_shape(signatures_report: dict[str, Any]) -> None:
+    result = signatures_report["fixed_reshape"]
+    assert result["status"] == "skipped"
+    reason = result["skip_reason"]
+    assert "no guessed shapes worked" in reason and "tried" in reason
+    assert "requested shape has 77" in reason  # TensorFlow's own words, to size the input by
+    assert "inputs = { x = [...] }" in reason  # no shape probing did not see work
+
+
+def test_list_shows_the_guessed_inputs(project: Path) -> None:
+    shutil.copy(SIGNATURES, project / "signatures.py")
+    result = invoke("list", "signatures.py::affine", "signatures.py::sparse_xent", "signatures.py::fixed_reshape")
+    assert result.exit_code == 0, result.output
+    assert "b: (5,) float64 guessed" in result.output
+    assert "labels: (3,) int32 integer guessed" in result.output
+    assert "x: not configured; no guessed shapes worked" in result.output
+
+
+def test_init_writes_integer_complex_and_float32_guesses_that_run(project: Path) -> None:
+    (project / "gradcheck.toml").unlink()
+    shutil.copy(SIGNATURES, project / "signatures.py")
+    targets = [f"signatures.py::{n}" for n in ("sparse_xent", "pinned_float32", "spectrum_energy")]
+    assert invoke("init", *targets).exit_code == 0
+    text = (project / "gradcheck.toml").read_text()
+    assert 'labels = { shape = [3], dtype = "int32", distribution = "integer", low = 0, high = 3 }' in text
+    assert 'dtype = "float32"  # guessed' in text
+    assert 'signal = { shape = [3, 4], dtype = "complex128" }' in text
+    report = run_json(*targets, "--shape-only")
+    assert [r["status"] for r in report["results"]] == ["passed"] * 3
+    assert not any("guessed shapes" in n for r in report["results"] for n in r.get("notes", []))
+
+
+NAN_ALWAYS = """
+    import numpy as np
+    import tensorflow as tf
+
+
+    @tf.custom_gradient
+    def always_nan(x):
+        def grad(dy):
+            return dy
+        return x * np.nan, grad
+"""
+
+
+def test_a_skip_suggests_only_shapes_the_forward_pass_ran_on(project: Path) -> None:
+    write(project, "nan.py", NAN_ALWAYS)
+    result = run_json("nan.py")["results"][0]
+    assert result["status"] == "skipped"
+    reason = result["skip_reason"]
+    assert "inputs = { x = { shape = [3, 4], low = ..., high = ... } }" in reason
+
+
+def test_the_api_probes_as_the_command_line_does(signatures_report: dict[str, Any]) -> None:
+    module = load_copy(SIGNATURES)
+    for name in ("attention_scores", "sparse_xent", "log_det"):
+        result = gradcheck.check(getattr(module, name), shape_only=True)
+        assert result.status == "passed", result
+        shapes = {i.name: (tuple(i.shape), i.dtype) for i in result.inputs}
+        assert shapes == _shapes(signatures_report[name])
