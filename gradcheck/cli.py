@@ -24,7 +24,7 @@ from gradcheck.errors import UsageError
 from gradcheck.report_files import check_writable, write_atomically
 from gradcheck.reporting.safe_text import shown
 from gradcheck.results import VERSION, ExitCode
-from gradcheck.settings import BY_NAME, TABLE, Choice, FilePath, Flag, InvalidValue, Setting, Statuses
+from gradcheck.settings import BY_NAME, TABLE, Choice, FilePath, Flag, InvalidValue, Setting, Statuses, WorkerCount
 
 
 def _parse_pairs(values: tuple[str, ...], option: str, parse: Callable[[str, str], Any]) -> dict[str, Any]:
@@ -230,6 +230,16 @@ def _checked(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         raise click.BadParameter(str(error)) from None
 
 
+def _checked_count(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
+    """``-j``: a number of workers, or ``auto``, from the text of the command line."""
+    if value is None:
+        return None
+    try:
+        return WorkerCount().parse_text(value)
+    except InvalidValue as error:
+        raise click.BadParameter(str(error)) from None
+
+
 def _setting_option(setting: Setting) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The click option of one row of the settings table."""
     names = [name for name in (setting.short, setting.long_flag) if name is not None]
@@ -243,6 +253,8 @@ def _setting_option(setting: Setting) -> Callable[[Callable[..., Any]], Callable
         declared["type"] = click.Path(dir_okay=False, path_type=Path)
     elif isinstance(kind, Statuses):
         declared["callback"] = _checked
+    elif isinstance(kind, WorkerCount):
+        declared["callback"] = _checked_count
     else:
         declared.update(type=click.INT if kind.integer else click.FLOAT, callback=_checked)
     return click.option(*names, setting.name, **declared)

@@ -69,6 +69,8 @@ class RunOptions:
     """The config's ``format``: the report's, unless the command line names its own."""
     output: Path | None = None
     """The config's ``output``: where the report goes, unless the command line names its own."""
+    jobs: int | str = 1
+    """``-j``: how many worker processes check functions at once; ``auto``: one per usable core."""
     timeout: float = DEFAULT_TIMEOUT
     """The run's top-level ``timeout`` (command line, else config): it bounds each module's import."""
     shard: tuple[int, int] | None = None

@@ -135,7 +135,23 @@ class FilePath:
         return value
 
 
-Kind = Choice | Flag | Number | Statuses | FilePath
+@dataclass(frozen=True)
+class WorkerCount:
+    """A positive number of worker processes, or ``auto``: as many as this process may use cores."""
+
+    def parse(self, value: Any) -> int | str:
+        if value == "auto":
+            return "auto"
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidValue(f"{value!r} must be a positive integer or auto")
+        return value
+
+    def parse_text(self, text: str) -> int | str:
+        """A value as the command line gives it (``4``, ``auto``)."""
+        return self.parse(int(text) if text.strip().lstrip("-").isdigit() else text)
+
+
+Kind = Choice | Flag | Number | Statuses | FilePath | WorkerCount
 
 _POSITIVE = Number(False, 0, "must be a positive number", above=True, not_number="is not a number")
 
@@ -320,6 +336,15 @@ TABLE: tuple[Setting, ...] = (
         metavar="MB",
     ),
     Setting(
+        "jobs",
+        WorkerCount(),
+        1,
+        "Check N functions at once, each in its own worker process; auto: one per usable core.",
+        scope=RUN,
+        short="-j",
+        metavar="N|auto",
+    ),
+    Setting(
         "device",
         Choice(DEVICES),
         "auto",
@@ -332,7 +357,7 @@ BY_NAME: dict[str, Setting] = {setting.name: setting for setting in TABLE}
 BY_KEY: dict[str, Setting] = {setting.key: setting for setting in TABLE}
 #: What each check reads: the fields of :class:`Settings`.
 FUNCTION_SETTINGS = tuple(s for s in TABLE if s.scope == FUNCTION)
-#: What the run reads once: ``format``, ``output``, ``fail_on``, ``maxfail``, ``max_memory``.
+#: What the run reads once: ``format``, ``output``, ``fail_on``, ``maxfail``, ``max_memory``, ``jobs``.
 RUN_SETTINGS = tuple(s for s in TABLE if s.scope == RUN)
 #: ``gradcheck.check``'s settings keywords.
 KEYWORD_SETTINGS = tuple(s for s in TABLE if s.keyword)

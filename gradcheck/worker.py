@@ -393,13 +393,30 @@ class _Run:
     """The first plan's functions, in the order they are checked."""
     positions: dict[str, int] = field(default_factory=dict)
     """Where each function is in the current worker's plan."""
+    launched: bool = False
+    """A worker was given the job and its plan is still to be read (:meth:`launch`)."""
 
     def start_worker(self) -> Planned:
         """A worker with the job collected: its plan, or a UsageError."""
+        if not self.launched:
+            self.launch()
+        return self.await_plan()
+
+    def launch(self) -> None:
+        """Give a worker the job without waiting: it imports TensorFlow and collects while others do too."""
         worker = _take_worker()
         worker.sink = self.sink
         self.worker = worker
-        worker.send(self.job)
+        self.launched = True
+        with contextlib.suppress(_Stopped):  # await_plan finds it dead and says so
+            worker.send(self.job)
+
+    def await_plan(self) -> Planned:
+        """The plan of the worker :meth:`launch` gave the job to, or a UsageError."""
+        self.launched = False
+        worker = self.worker
+        if worker is None:
+            raise UsageError("the checker process could not start: it was stopped")
         importing: str | None = None
         while True:
             deadline = time.monotonic() + self.import_timeout if importing and self.import_timeout else None
@@ -457,6 +474,7 @@ class _Run:
 
     def discard_worker(self) -> None:
         worker, self.worker = self.worker, None
+        self.launched = False
         if worker is not None:
             worker.kill()
             worker.sink = None
@@ -468,7 +486,7 @@ class _Run:
         first; where it cannot, this function and every one after it are
         errors (:class:`gradcheck.run.Abandoned`).
         """
-        if self.worker is None:
+        if self.worker is None or self.launched:
             restarted = self.restart(self.functions[index:])
             if isinstance(restarted, Result):
                 raise Abandoned([_copy_failure(restarted, rest) for rest in self.functions[index:]])
@@ -582,32 +600,43 @@ def run(
     is known it propagates. ``on_output`` receives what the worker prints
     (default: this process's standard error).
     """
+    from gradcheck import pool
+
     start = time.perf_counter()
-    try:
-        cwd = os.getcwd()
-    except FileNotFoundError:
-        raise UsageError("the current directory does not exist (any more): cd into the project to check") from None
-    job = Job(
-        options=options,
-        cwd=cwd,
-        sys_path=tuple(sys.path),
-        environ=dict(os.environ),
-        verbose=verbose,
-    )
+    workers = pool.worker_count(getattr(options, "jobs", 1))
+    job = _job(options, verbose, workers)
     runner = _Run(job, import_timeout, max_memory, on_import, on_output or _write_to_stderr)
+    # The other workers import TensorFlow and collect while the first one does; quietly (on_import
+    # is the first one's), and each is told the plan's functions once the first one knows them.
+    helpers = [_Run(job, import_timeout, max_memory, None, runner.sink) for _ in range(workers - 1)]
     try:
-        planned = runner.start_worker()
-    except KeyboardInterrupt:
-        runner.discard_worker()
+        for each in (runner, *helpers):  # the first one first: it takes the idle worker, if any
+            each.launch()
+        planned = runner.await_plan()
+    except BaseException:
+        for each in (runner, *helpers):
+            each.discard_worker()
         raise
     runner.functions = list(planned.functions)
     runner.positions = {function.id: index for index, function in enumerate(runner.functions)}
+    needed = max(0, len(runner.functions) - 1)
+    for helper in helpers[needed:]:
+        helper.discard_worker()  # more workers than functions
+    helpers = helpers[:needed]
+    for helper in helpers:
+        helper.functions = runner.functions
     try:
-        ids = [function.id for function in runner.functions]
-        report = check_all(ids, runner.check, planned, options.maxfail, start, on_start, on_result)
+        if helpers:
+            report = pool.check_parallel([runner, *helpers], planned, options.maxfail, start, on_start, on_result)
+        else:
+            ids = [function.id for function in runner.functions]
+            report = check_all(ids, runner.check, planned, options.maxfail, start, on_start, on_result)
     except BaseException:
-        runner.discard_worker()
+        for each in (runner, *helpers):
+            each.discard_worker()
         raise
+    for helper in helpers:
+        helper.discard_worker()  # one idle worker is kept for a next run: the first one
     if report.interrupted:
         runner.discard_worker()
         return report
@@ -617,6 +646,23 @@ def run(
         runner.discard_worker()
         return replace(report, interrupted=True)
     return report
+
+
+def _job(options: Any, verbose: bool, workers: int) -> Job:
+    """The job every worker of a run gets: the options and this process's surroundings."""
+    from gradcheck import pool
+
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:
+        raise UsageError("the current directory does not exist (any more): cd into the project to check") from None
+    return Job(
+        options=options,
+        cwd=cwd,
+        sys_path=tuple(sys.path),
+        environ=pool.thread_environment(dict(os.environ), workers),
+        verbose=verbose,
+    )
 
 
 def _copy_failure(template: Result, function: PlannedFunction) -> Result:
