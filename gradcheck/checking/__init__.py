@@ -315,6 +315,7 @@ def _judging(request: CheckRequest, prepared: _Prepared, wide: Harness) -> verdi
         wide=wide is not prepared.harness,
         output_size=output_size,
         batching=wide.batching,  # the live mapping: the harness learns each strategy as it first perturbs
+        output_dtypes=tuple(spec.dtype for spec in wide.output_specs or []),
     )
 
 

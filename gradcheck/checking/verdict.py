@@ -132,12 +132,38 @@ class Judging:
     """Elements over all outputs, for the Jacobian's size."""
     batching: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     """How the reference harness evaluated each source's perturbations, and why (filled in as it first perturbs)."""
+    output_dtypes: tuple[str, ...] = ()
+    """The reference harness's output dtypes: code that computes in a narrower dtype than its inputs
+    (a layer pinned to float32 fed float64) is only as precise as its outputs."""
 
     def reference_dtype(self, source: Source) -> str:
-        """The dtype the references of ``source`` are evaluated in."""
-        if source.kind == "variable" or not self.wide:
-            return source.dtype
-        return "float64"
+        """The precision the references of ``source`` are evaluated in (steps and rounding follow it)."""
+        fed = source.dtype if source.kind == "variable" or not self.wide else "float64"
+        return narrowest(fed, *self.output_dtypes)
+
+    def tolerance_dtype(self, source: Source) -> str:
+        """The dtype whose tolerances judge the gradient of ``source``."""
+        return narrowest(source.dtype, *self.output_dtypes)
+
+    def narrowed(self, sources: list[Source]) -> list[str]:
+        """A note where the forward pass computes in a narrower dtype than its float inputs."""
+        inputs = {s.dtype for s in sources if s.kind == "input"}
+        computed = narrowest(*inputs, *self.output_dtypes) if inputs else None
+        if computed is None or computed in inputs:
+            return []
+        return [
+            f"the forward pass returns {computed} for {', '.join(sorted(inputs))} inputs: finite-difference "
+            f"steps, rounding bounds and tolerances are {computed}'s"
+        ]
+
+
+#: Float dtypes from the least to the most precise.
+PRECISION = ("bfloat16", "float16", "float32", "float64")
+
+
+def narrowest(*dtypes: str) -> str:
+    """The least precise of float ``dtypes`` (unknown names count as float64)."""
+    return min(dtypes, key=lambda d: PRECISION.index(d) if d in PRECISION else len(PRECISION))
 
 
 @dataclass(frozen=True)
@@ -529,8 +555,8 @@ def gather_evidence(
 ) -> tuple[NativeEvidence, NumericEvidence, list[str]]:
     """Native and numeric evidence about one gradient, refined in fast mode, with their notes in order."""
     source, settings = judged.source, judging.settings
-    tol_native = tolerance(source.dtype, "native", settings.rtol, settings.atol)
-    tol_numeric = tolerance(source.dtype, "numeric", settings.rtol, settings.atol)
+    tol_native = tolerance(judging.tolerance_dtype(source), "native", settings.rtol, settings.atol)
+    tol_numeric = tolerance(judging.tolerance_dtype(source), "numeric", settings.rtol, settings.atol)
     native = native_evidence(judged, native_outcome, tol_native)
     numeric, fallback = numeric_evidence(judging, judged, native, tol_numeric)
     notes = [*native.notes, *fallback, *numeric.notes]
@@ -660,7 +686,7 @@ def value_checks(
     pending = [s for s in harness.sources if s.name not in skip]
     verdicts: dict[str, Verdict] = {}
     redrawn: set[str] = set()
-    notes: list[str] = []
+    notes: list[str] = judging.narrowed(harness.sources)
     for index in range(MAX_DRAWS):
         if not pending:
             break
