@@ -21,11 +21,15 @@ import gradcheck
 from gradcheck.checking import diagnose, verdict
 from tests.helpers import FIXTURES, REPO, blamed, by_name, copy_fixture, run_json
 
-PASSES = {"phase_ok", "exp_series", "Float32Dense", "matmul_ok"}
+PASSES = {"phase_ok", "complex_square", "exp_series", "Float32Dense", "matmul_ok"}
 
 # function -> (status, {(check, input)}) under value checks (fast and full mode)
 VALUE_VERDICTS: dict[str, tuple[str, set[tuple[str, str | None]]]] = {
     "phase_unconjugated": ("failed", {("native", "x"), ("numeric", "x")}),
+    "complex_square_unconjugated": (
+        "failed",
+        {("native", "z.real"), ("numeric", "z.real"), ("native", "z.imag"), ("numeric", "z.imag")},
+    ),
     "quantize_straight_through": (
         "failed",
         {("native", "inputs"), ("numeric", "inputs"), ("native", "offset"), ("numeric", "offset")},
@@ -108,9 +112,26 @@ def test_complex_output_is_checked_and_the_convention_stated(reports: dict[str, 
         assert any("complex output" in note and "dL/dRe y + i dL/dIm y" in note for note in result["notes"])
 
 
-def test_missing_conjugate_is_named(reports: dict[str, Any]) -> None:
-    hints = _hints(reports["fast"]["phase_unconjugated"])
+@pytest.mark.parametrize("name", ["phase_unconjugated", "complex_square_unconjugated"])
+def test_missing_conjugate_is_named(reports: dict[str, Any], name: str) -> None:
+    hints = _hints(reports["fast"][name])
     assert hints and all("tf.math.conj" in hint for hint in hints)
+
+
+def test_complex_input_is_checked_as_its_parts(reports: dict[str, Any]) -> None:
+    result = reports["full"]["complex_square"]
+    assert result["inputs"] == [
+        {"name": "z.real", "shape": [2, 3], "dtype": "float64"},
+        {"name": "z.imag", "shape": [2, 3], "dtype": "float64"},
+    ]
+
+
+def test_complex_input_through_check(ops: Any) -> None:
+    inputs = {"z": {"shape": [4], "dtype": "complex64"}}
+    assert gradcheck.check(ops.complex_square, inputs=inputs).status == "passed"
+    wrong = gradcheck.check(ops.complex_square_unconjugated, inputs=inputs)
+    assert {p.input for p in wrong.problems} == {"z.real", "z.imag"}
+    assert wrong.dtype == "float32"
 
 
 def test_only_outputs_without_float_or_complex_parts_are_skipped(ops: Any) -> None:

@@ -227,12 +227,12 @@ def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: R
         name = problem.input
         if problem.hint is None and problem.check in ("native", "numeric") and name in expected:
             hint = (surrogates.get(name) if problem.order == 1 else None) or swaps.get(name)  # type: ignore[arg-type]
+            if hint is None and problem.order == 1:
+                hint = conjugate_hint(rerun, name, customs[name], expected[name])  # type: ignore[index,arg-type]
             if hint is None:
                 if ones is None:
                     ones = native_with_ones_upstream(rerun)
                 hint = value_hint(customs[name], expected[name], ones.get(name))  # type: ignore[index,arg-type]
-            if hint is None and problem.order == 1:
-                hint = conjugate_hint(rerun, name, customs[name])  # type: ignore[index,arg-type]
             if hint is None and problem.order == 1:
                 hint = upstream_hint(rerun, name, customs[name])  # type: ignore[index,arg-type]
             if hint is None and problem.order == 1:
@@ -284,22 +284,26 @@ def upstream_hint(rerun: Rerun, name: str, got: np.ndarray) -> str | None:
     return None
 
 
-def conjugate_hint(rerun: Rerun, name: str, got: np.ndarray) -> str | None:
+def conjugate_hint(rerun: Rerun, name: str, got: np.ndarray, expected: np.ndarray) -> str | None:
     """Recognise a backward function that misses (or adds) a complex conjugate.
 
-    Reruns native autodiff with the upstream gradient of every complex
-    output conjugated (its imaginary part's upstream negated): if that is
-    what the custom gradient computed, the backward function follows the
-    other convention for complex derivatives.
+    The gradient of a complex input's imaginary part with its sign reversed
+    is the conjugate of the right gradient. For complex outputs, native
+    autodiff is rerun with every upstream gradient conjugated (its imaginary
+    part's upstream negated): if that (conjugated once more, for a complex
+    input) is what the custom gradient computed, the backward function
+    follows the other convention for complex derivatives.
     """
+    imaginary_part = name.endswith(".imag")
+    conjugated = imaginary_part and close(got, -np.asarray(expected))
     labels = rerun.reference_harness.output_labels
     imaginary = [i for i, label in enumerate(labels) if label.endswith(".imag")]
-    if not imaginary:
-        return None
-    changed = [-u if i in imaginary else u for i, u in enumerate(rerun.upstreams)]
-    outcome = rerun.reference_harness.native(rerun.values, changed)
-    native = outcome.grads.get(name) if outcome.ok and outcome.grads else None
-    if native is None or not close(got, native):
+    if not conjugated and imaginary:
+        changed = [-u if i in imaginary else u for i, u in enumerate(rerun.upstreams)]
+        outcome = rerun.reference_harness.native(rerun.values, changed)
+        native = outcome.grads.get(name) if outcome.ok and outcome.grads else None
+        conjugated = native is not None and close(got, -native if imaginary_part else native)
+    if not conjugated:
         return None
     return (
         "the gradient is what the conjugate upstream gives: TensorFlow passes dy = dL/dRe y + i dL/dIm y "
