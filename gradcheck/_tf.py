@@ -323,6 +323,30 @@ def flatten_with_paths(structure: Any) -> list[tuple[str, Any]]:
     return nest.flatten_with_joined_string_paths(structure)
 
 
+def differentiable_outputs(structure: Any) -> list[tuple[str, Any]]:
+    """The real-valued parts of a forward pass's result, each with its path, in upstream order.
+
+    A float tensor is itself; a complex tensor is its real and imaginary
+    parts (paths ``PATH.real``, ``PATH.imag``). Checking the parts with real
+    upstreams ``a`` and ``b`` is checking the complex output under
+    TensorFlow's convention: the backward function receives ``dy = a + ib``
+    (``dL/dRe y + i dL/dIm y``), and finite differences of the real loss
+    ``<a, Re y> + <b, Im y>`` are the reference.
+    """
+    tf = tensorflow()
+    parts: list[tuple[str, Any]] = []
+    for index, (path, value) in enumerate(flatten_with_paths(structure)):
+        if not isinstance(value, (tf.Tensor, tf.Variable)):
+            continue
+        label = path or str(index)
+        if value.dtype.is_floating:
+            parts.append((label, value))
+        elif value.dtype.is_complex:
+            parts.append((label + ".real", tf.math.real(value)))
+            parts.append((label + ".imag", tf.math.imag(value)))
+    return parts
+
+
 def is_keras_variable(value: Any) -> bool:
     """True for a Keras 3 variable (which is not a ``tf.Variable`` but wraps one)."""
     return any(cls.__name__ == "Variable" and cls.__module__.startswith("keras") for cls in type(value).__mro__)

@@ -134,9 +134,7 @@ class Harness:
         return self.plan.build(lambda leaf: tensors[leaf.name])
 
     def _float_outputs(self, result: Any) -> list[Any]:
-        tf = _tf.tensorflow()
-        flat = tf.nest.flatten(result)
-        return [t for t in flat if isinstance(t, (tf.Tensor, tf.Variable)) and t.dtype.is_floating]
+        return [t for _, t in _tf.differentiable_outputs(result)]
 
     def _source_tensors(self, tensors: dict[str, Any]) -> list[Any]:
         return [tensors[a.name] for a in self.plan.differentiable] + [v for _, v in self.variables]
@@ -170,14 +168,11 @@ class Harness:
             self._discover_variables(tape.watched_variables())
         else:
             result = self.target.native(args, kwargs)
-        flat = self._float_outputs(result)
+        labelled = _tf.differentiable_outputs(result)
+        flat = [t for _, t in labelled]
         if self.output_specs is None:
             self.output_specs = [OutputSpec(tuple(t.shape.as_list()), t.dtype.name) for t in flat]
-            self.output_labels = [
-                path or str(index)
-                for index, (path, t) in enumerate(_tf.flatten_with_paths(result))
-                if any(t is f for f in flat)
-            ]
+            self.output_labels = [label for label, _ in labelled]
         return [to_float64(t) for t in flat]
 
     def _discover_variables(self, watched: Any) -> None:
@@ -232,7 +227,8 @@ class Harness:
                 tape.watch(source)
             args, kwargs = self._arguments(tensors)
             result = call(args, kwargs)
-        targets = self._float_outputs(result)
+            # Inside the tape: a complex output's real and imaginary parts are ops to differentiate.
+            targets = self._float_outputs(result)
         return tape.gradient(targets, sources, output_gradients=upstream_list)
 
     def custom(self, values: dict[str, Any], upstreams: list[np.ndarray], execution: str) -> Outcome:

@@ -23,6 +23,8 @@ FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
 INTEGER_DTYPES = ("int32", "int64")
 #: Drawn when the code asks for them; not differentiated until complex gradients are compared.
 COMPLEX_DTYPES = ("complex128", "complex64")
+#: A complex input is drawn and perturbed as two real tensors of this dtype: its real and imaginary parts.
+COMPLEX_PARTS = {"complex128": "float64", "complex64": "float32"}
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,8 @@ class Argument:
     """Parameter name; ``xs[1]`` for an item of a list argument, ``args[i]`` for ``*args``."""
     role: str
     """``input`` (float tensor, differentiated), ``integer`` (a tensor not differentiated: int, or
-    complex until complex gradients are compared), ``constant`` or ``list``."""
+    a guessed complex one), ``complex`` (a configured complex input: its two real parts, differentiated),
+    ``constant`` or ``list``."""
     spec: TensorSpec | None = None
     """How to draw it; None for constants and lists."""
     value: Any = None
@@ -76,7 +79,8 @@ class Argument:
     guessed: bool = False
     """The shape was found by probing."""
     items: tuple[Argument, ...] = ()
-    """The tensors of a list argument (role ``list``), in order."""
+    """The tensors of a list argument (role ``list``), in order; a complex input's (role ``complex``)
+    real and imaginary parts."""
     has_default: bool = False
     """The parameter has a default value (so callers may leave it out or name it)."""
 
@@ -87,7 +91,7 @@ class Argument:
 
     def leaves(self) -> tuple[Argument, ...]:
         """This argument's tensors and constants, flattened as ``tf.nest.flatten`` does."""
-        if self.role == "list":
+        if self.role in ("list", "complex"):
             return tuple(leaf for item in self.items for leaf in item.leaves())
         return (self,)
 
@@ -121,6 +125,9 @@ class CallPlan:
         """
         slots: list[Argument] = []
         for argument in self.positional:
+            if argument.role == "complex":  # one complex gradient for both parts
+                slots.append(replace(argument, role="input"))
+                continue
             for leaf in argument.leaves():
                 if leaf.role == "constant" and isinstance(leaf.value, (list, tuple, dict)):
                     count = len(_flatten_python(leaf.value))
@@ -149,6 +156,8 @@ class CallPlan:
         for argument in self.arguments:
             if argument.name in specs and argument.spec is None and argument.role == "input":
                 spec = specs[argument.name]
+                # A guessed complex input stays undifferentiated (role integer): its gradient is
+                # compared once the config declares it (dtype = "complex128"), as `gradcheck init` writes.
                 role = "input" if spec.differentiable else "integer"
                 argument = replace(argument, spec=spec, role=role, guessed=True)
             filled.append(argument)
@@ -210,7 +219,19 @@ def _argument_value(argument: Argument, lookup: Callable[[Argument], Any]) -> An
     # cyclic garbage collector happened to run (gigabytes, in full mode).
     if argument.role == "list":
         return [_argument_value(item, lookup) for item in argument.items]
+    if argument.role == "complex":
+        return _complex_value(lookup(argument.items[0]), lookup(argument.items[1]))
     return lookup(argument)
+
+
+def _complex_value(real: Any, imaginary: Any) -> Any:
+    """``real + i imaginary`` as one tensor; either part may carry a stacked leading axis (batched perturbations)."""
+    from gradcheck import _tf
+
+    tf = _tf.tensorflow()
+    real, imaginary = tf.convert_to_tensor(real), tf.convert_to_tensor(imaginary)
+    shape = tf.broadcast_dynamic_shape(tf.shape(real), tf.shape(imaginary))
+    return tf.complex(tf.broadcast_to(real, shape), tf.broadcast_to(imaginary, shape))
 
 
 def _flatten_python(value: Any) -> list[Any]:
@@ -309,7 +330,15 @@ def _configured_argument(
             for i, item in enumerate(config.items)
         )
         return Argument(name=name, role="list", keyword=keyword, items=items)
-    spec = tensor_spec(config, dims, dtype, label, config_key)
+    return tensor_argument(name, tensor_spec(config, dims, dtype, label, config_key), keyword)
+
+
+def tensor_argument(name: str, spec: TensorSpec, keyword: bool) -> Argument:
+    """A drawn tensor argument: a float input, an integer one, or a complex one made of its two real parts."""
+    if spec.dtype in COMPLEX_PARTS:
+        part = replace(spec, dtype=COMPLEX_PARTS[spec.dtype])
+        parts = tuple(Argument(name=f"{name}.{p}", role="input", spec=part, keyword=keyword) for p in ("real", "imag"))
+        return Argument(name=name, role="complex", spec=spec, keyword=keyword, items=parts)
     return Argument(name=name, role="input" if spec.differentiable else "integer", spec=spec, keyword=keyword)
 
 

@@ -108,10 +108,12 @@ def _accepts_variables(grad_fn: Callable[..., Any]) -> bool:
 
 
 def to_float64(value: Any) -> np.ndarray | None:
-    """A tensor's values as a float64 array (bfloat16 and float16 too); None if it has none."""
+    """A tensor's values as a float64 array (bfloat16 and float16 too); None if it has none (complex included)."""
     tf = _tf.tensorflow()
     try:
         tensor = tf.convert_to_tensor(value)
+        if tensor.dtype.is_complex:  # compared through its real and imaginary parts, never as float64
+            return None
         if tensor.dtype.is_floating or tensor.dtype.is_integer:
             tensor = tf.cast(tensor, tf.float64)
         return np.asarray(tensor.numpy(), dtype=np.float64)

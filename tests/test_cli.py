@@ -182,7 +182,7 @@ def test_json_report_has_the_contract_keys(project: Path) -> None:
     problem = next(p for p in result["problems"] if p["check"] == "numeric")
     assert {"check", "input", "execution", "message", "max_abs_error", "max_rel_error", "worst_index"} <= set(problem)
     assert problem["input"] == "x"
-    assert problem["execution"] == "eager"
+    assert problem["execution"] is None  # the same wrong gradient eagerly and inside tf.function
     assert len(problem["worst_index"]) == 2
 
 

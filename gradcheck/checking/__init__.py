@@ -196,8 +196,9 @@ def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str
     draws = Draws(request.settings.seed, request.subject.name, plan, harness)
     draws.first(values)
     if not outputs:
-        findings.skip_reason = "the forward pass has no float outputs: there is no gradient to check"
+        findings.skip_reason = "the forward pass has no float or complex outputs: there is no gradient to check"
         return "skipped"
+    findings.note(*verdict.complex_notes(harness.output_labels))
     return _Prepared(built, plan, harness, draws, None if redrawn else outputs)
 
 
@@ -281,11 +282,11 @@ def _compare_values(
     if not working:
         return
     settings = request.settings
+    differing: list[Problem] = []
     if len(working) == 2:
         sources = prepared.harness.sources
-        findings.problems.extend(
-            audit.compare_executions(sources, working[0], working[1], settings.rtol, settings.atol)
-        )
+        differing = audit.compare_executions(sources, working[0], working[1], settings.rtol, settings.atol)
+        findings.problems.extend(differing)
     skip = {p.input for p in findings.problems if p.check in ("shape", "variables", "count") and p.input}
     skip |= not_tensors
     values, upstreams = prepared.draws(0)
@@ -299,6 +300,8 @@ def _compare_values(
     rerun = diagnose.Rerun(prepared.harness, wide, prepared.plan, values, upstreams)
     describe = lambda error: describe_exception(error, _path(request))  # noqa: E731
     judgement = verdict.value_checks(judging, prepared.harness, wide, prepared.draws, working[0], skip, describe)
+    if len(working) == 2:  # the tf.function gradient is the eager one except where `differing` says
+        judgement = verdict.seen_in_every_execution(judgement, {p.input for p in differing})
     _record(judgement, rerun, findings)
     if settings.order == 2 and not findings.problems:
         second = verdict.second_order_checks(judging, prepared.harness, wide, values, upstreams, skip, describe)
@@ -316,16 +319,17 @@ def _judging(request: CheckRequest, prepared: _Prepared, wide: Harness) -> verdi
         wide=wide is not prepared.harness,
         output_size=output_size,
         batching=wide.batching,  # the live mapping: the harness learns each strategy as it first perturbs
+        output_dtypes=tuple(spec.dtype for spec in wide.output_specs or []),
     )
 
 
 def _record(judgement: verdict.Judgement, rerun: diagnose.Rerun, findings: _Findings) -> None:
-    findings.notes.extend(judgement.notes)
-    findings.note(*judgement.verdict_notes)
     if judgement.verdicts:
         findings.problems.extend(diagnose.with_hints(judgement.problems, judgement.verdicts, rerun))
     else:
         findings.problems.extend(judgement.problems)
+    findings.notes.extend(verdict.redraw_notes(judgement, failed=bool(findings.problems)))
+    findings.note(*judgement.verdict_notes)
 
 
 def _fed_dtype(findings: _Findings) -> str:

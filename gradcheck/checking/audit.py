@@ -424,11 +424,7 @@ def execution_failure(plan: CallPlan, execution: str, problem: Problem) -> Probl
                 "(returning None for it), or bind it with functools.partial"
             )
         elif constants:
-            described = ", ".join(f"{a.name}={a.value!r} (becomes {_graph_dtype(a.value)})" for a in constants)
-            hint = (
-                f"inside tf.function, custom_gradient converts the Python constant {described} to a "
-                "tensor before the function sees it; bind it with a closure or functools.partial"
-            )
+            hint = constant_hint(constants)
         elif "symbolic" in message or "OperatorNotAllowedInGraph" in message:
             hint = "Python control flow on a tensor value does not trace: use tf.cond / tf.where"
     return Problem(
@@ -439,6 +435,27 @@ def execution_failure(plan: CallPlan, execution: str, problem: Problem) -> Probl
         hint=hint,
         traceback=problem.traceback,
     )
+
+
+def constant_hint(constants: list[Any]) -> str:
+    """What to set in the config when tf.function's custom_gradient turns Python constants into tensors.
+
+    A Python float becomes a float32 tensor, which clashes with float64
+    inputs: declared as a scalar input it is a tensor of the checked dtype
+    (and its gradient is checked too); or the whole check runs in float32.
+    Other constants (ints, strings) can only be left to eager execution.
+    """
+    described = ", ".join(f"{a.name}={a.value!r} (becomes {_graph_dtype(a.value)})" for a in constants)
+    floats = [a.name for a in constants if isinstance(a.value, float)]
+    if floats:
+        declared = ", ".join(f"{name} = {{ shape = [] }}" for name in floats)
+        fix = (
+            'in the config, check in float32 (dtype = "float32"), or declare it an input '
+            f"(inputs = {{ {declared} }}: a tensor of the checked dtype, whose gradient is then checked too)"
+        )
+    else:
+        fix = 'bind it with a closure or functools.partial, or in the config check eagerly only (execution = "eager")'
+    return f"inside tf.function, custom_gradient converts the Python constant {described} to a tensor: {fix}"
 
 
 def _graph_dtype(value: Any) -> str:

@@ -128,6 +128,66 @@ def broadcast_axes(got: tuple[int, ...], expected: tuple[int, ...]) -> tuple[int
     return tuple(axes) if axes else None
 
 
+def pass_through(got: np.ndarray, upstream: np.ndarray, pattern_rtol: float = 1e-3) -> str | None:
+    """How ``got`` passes ``upstream`` through, if it does: ``unchanged``, ``scaled by c``, ``with its sign
+    reversed`` or ``where a mask keeps it`` (a clipped pass-through); None otherwise."""
+    got = np.asarray(got, dtype=np.float64)
+    upstream = np.asarray(upstream, dtype=np.float64)
+    if got.shape != upstream.shape or not np.any(got) or not np.all(np.isfinite(got)):
+        return None
+    factor = float(np.sum(got * upstream) / max(float(np.sum(upstream * upstream)), 1e-300))
+    if close(got, factor * upstream, pattern_rtol):
+        if abs(factor - 1) <= pattern_rtol:
+            return "unchanged"
+        if abs(factor + 1) <= pattern_rtol:
+            return "with its sign reversed"
+        return f"scaled by {factor:.4g}"
+    scale = float(np.max(np.abs(upstream)))
+    kept = np.abs(got - upstream) <= pattern_rtol * scale
+    dropped = np.abs(got) <= pattern_rtol * scale
+    if np.all(kept | dropped) and kept.any() and dropped.any():
+        return "where a mask keeps it (a clipped pass-through)"
+    return None
+
+
+def surrogate_hint(got: np.ndarray, expected: np.ndarray, upstream: np.ndarray | None) -> str | None:
+    """Recognise a surrogate gradient: the upstream passed through where the true derivative differs.
+
+    Straight-through estimators, gradient scaling and reversal, and clipped
+    pass-throughs look like sign, factor or swap bugs by value. Those
+    readings are plausible only where the forward pass is itself a scaled
+    identity other than the identity (``y = k x``): then a pass-through may
+    be a forgotten factor, and no surrogate hint is given.
+    """
+    if upstream is None:
+        return None
+    how = pass_through(got, upstream)
+    if how is None:
+        return None
+    expected = np.asarray(expected, dtype=np.float64)
+    upstream = np.asarray(upstream, dtype=np.float64)
+    factor = float(np.sum(expected * upstream) / max(float(np.sum(upstream * upstream)), 1e-300))
+    linear = close(expected, factor * upstream) and abs(factor) > 1e-3 and abs(factor - 1) > 1e-3
+    if linear:
+        return None
+    if not np.any(expected):
+        truth = "the forward pass's derivative is zero"
+    elif close(expected, upstream):
+        truth = "the forward pass is the identity"
+    else:
+        truth = "the forward pass's derivative differs"
+    return (
+        f"the gradient is the upstream gradient passed through {how}, while {truth}: a surrogate gradient "
+        '(straight-through, gradient scaling or reversal, clipping)? If intended, set reference = "none"'
+    )
+
+
+def upstream_of(rerun: Rerun, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The upstream gradient of the one output shaped like ``shape`` (None when not exactly one)."""
+    matching = [u for u in rerun.upstreams if u.shape == tuple(shape)]
+    return matching[0] if len(matching) == 1 else None
+
+
 # -- hints that rerun the backward function ------------------------------------
 
 
@@ -154,13 +214,21 @@ def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: R
     judged = {n: v for n, v in verdicts.items() if v.custom is not None and v.expected is not None}
     customs: dict[str, np.ndarray] = {n: v.custom for n, v in judged.items()}  # type: ignore[misc]
     expected: dict[str, np.ndarray] = {n: v.expected for n, v in judged.items()}  # type: ignore[misc]
-    swaps = swap_hint(customs, expected)
+    surrogates = {
+        n: hint
+        for n in customs
+        if (hint := surrogate_hint(customs[n], expected[n], upstream_of(rerun, customs[n].shape))) is not None
+    }
+    # A surrogate's gradient is no other input's gradient misplaced: no swap reading for it.
+    swaps = swap_hint({n: g for n, g in customs.items() if n not in surrogates}, expected)
     ones: dict[str, np.ndarray] | None = None
     hinted = []
     for problem in problems:
         name = problem.input
         if problem.hint is None and problem.check in ("native", "numeric") and name in expected:
-            hint = swaps.get(name)  # type: ignore[arg-type]
+            hint = (surrogates.get(name) if problem.order == 1 else None) or swaps.get(name)  # type: ignore[arg-type]
+            if hint is None and problem.order == 1:
+                hint = conjugate_hint(rerun, name, customs[name], expected[name])  # type: ignore[index,arg-type]
             if hint is None:
                 if ones is None:
                     ones = native_with_ones_upstream(rerun)
@@ -214,6 +282,34 @@ def upstream_hint(rerun: Rerun, name: str, got: np.ndarray) -> str | None:
                     "order (a dict's keys sorted)"
                 )
     return None
+
+
+def conjugate_hint(rerun: Rerun, name: str, got: np.ndarray, expected: np.ndarray) -> str | None:
+    """Recognise a backward function that misses (or adds) a complex conjugate.
+
+    The gradient of a complex input's imaginary part with its sign reversed
+    is the conjugate of the right gradient. For complex outputs, native
+    autodiff is rerun with every upstream gradient conjugated (its imaginary
+    part's upstream negated): if that (conjugated once more, for a complex
+    input) is what the custom gradient computed, the backward function
+    follows the other convention for complex derivatives.
+    """
+    imaginary_part = name.endswith(".imag")
+    conjugated = imaginary_part and close(got, -np.asarray(expected))
+    labels = rerun.reference_harness.output_labels
+    imaginary = [i for i, label in enumerate(labels) if label.endswith(".imag")]
+    if not conjugated and imaginary:
+        changed = [-u if i in imaginary else u for i, u in enumerate(rerun.upstreams)]
+        outcome = rerun.reference_harness.native(rerun.values, changed)
+        native = outcome.grads.get(name) if outcome.ok and outcome.grads else None
+        conjugated = native is not None and close(got, -native if imaginary_part else native)
+    if not conjugated:
+        return None
+    return (
+        "the gradient is what the conjugate upstream gives: TensorFlow passes dy = dL/dRe y + i dL/dIm y "
+        "and expects Re(dy * conj(dy/dx)) for a real x (dy * conj(f'(z)) for a complex z); "
+        "a missing or extra tf.math.conj?"
+    )
 
 
 def transposed_operand_hint(rerun: Rerun, name: str, expected: np.ndarray) -> str | None:

@@ -132,12 +132,38 @@ class Judging:
     """Elements over all outputs, for the Jacobian's size."""
     batching: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     """How the reference harness evaluated each source's perturbations, and why (filled in as it first perturbs)."""
+    output_dtypes: tuple[str, ...] = ()
+    """The reference harness's output dtypes: code that computes in a narrower dtype than its inputs
+    (a layer pinned to float32 fed float64) is only as precise as its outputs."""
 
     def reference_dtype(self, source: Source) -> str:
-        """The dtype the references of ``source`` are evaluated in."""
-        if source.kind == "variable" or not self.wide:
-            return source.dtype
-        return "float64"
+        """The precision the references of ``source`` are evaluated in (steps and rounding follow it)."""
+        fed = source.dtype if source.kind == "variable" or not self.wide else "float64"
+        return narrowest(fed, *self.output_dtypes)
+
+    def tolerance_dtype(self, source: Source) -> str:
+        """The dtype whose tolerances judge the gradient of ``source``."""
+        return narrowest(source.dtype, *self.output_dtypes)
+
+    def narrowed(self, sources: list[Source]) -> list[str]:
+        """A note where the forward pass computes in a narrower dtype than its float inputs."""
+        inputs = {s.dtype for s in sources if s.kind == "input"}
+        computed = narrowest(*inputs, *self.output_dtypes) if inputs else None
+        if computed is None or computed in inputs:
+            return []
+        return [
+            f"the forward pass returns {computed} for {', '.join(sorted(inputs))} inputs: finite-difference "
+            f"steps, rounding bounds and tolerances are {computed}'s"
+        ]
+
+
+#: Float dtypes from the least to the most precise.
+PRECISION = ("bfloat16", "float16", "float32", "float64")
+
+
+def narrowest(*dtypes: str) -> str:
+    """The least precise of float ``dtypes`` (unknown names count as float64)."""
+    return min(dtypes, key=lambda d: PRECISION.index(d) if d in PRECISION else len(PRECISION))
 
 
 @dataclass(frozen=True)
@@ -369,6 +395,33 @@ def settle_native_disagreement(
     return unavailable, replace(whole, notes=()), whole.notes + (note,)
 
 
+def native_below_resolution(
+    judged: Judged, native: NativeEvidence, tol: Tolerance
+) -> tuple[NativeEvidence, tuple[str, ...]]:
+    """Native autodiff differs slightly where finite differences confirm the custom gradient (full mode).
+
+    Native autodiff differentiates the forward pass as computed: where that
+    is an approximation (a truncated series, an iteration stopped at a
+    tolerance), its derivative is no more exact than the approximation, and
+    the custom gradient is often the exact derivative of the function meant.
+    A difference finite differences cannot resolve (within their own
+    tolerance) is then a note; a larger one stays a problem.
+    """
+    assert native.gradient is not None and native.comparison is not None
+    finite = np.isfinite(native.gradient)
+    if not compare_elementwise(judged.got, native.gradient, tol, mask=finite).ok:
+        return native, ()
+    comparison = native.comparison
+    relative = f", {comparison.max_rel_error:.2g} relative" if comparison.max_rel_error is not None else ""
+    note = (
+        f"native autodiff of {judged.source.name} differs from the custom gradient by at most "
+        f"{comparison.max_abs_error:.2g}{relative}, below what finite differences resolve, and finite "
+        "differences agree with the custom gradient element by element: an approximate forward pass "
+        "(a series, an iteration) has an approximate native derivative; not counted as a problem"
+    )
+    return replace(native, verdict=Evidence.UNAVAILABLE), (note,)
+
+
 def _element_wise(judging: Judging, judged: Judged, numeric: NumericEvidence, tol: Tolerance) -> NumericEvidence:
     whole = full_evidence(judging, judged, tol)
     return replace(whole, projections=numeric.projections, native_projections=numeric.native_projections)
@@ -506,8 +559,8 @@ def gather_evidence(
 ) -> tuple[NativeEvidence, NumericEvidence, list[str]]:
     """Native and numeric evidence about one gradient, refined in fast mode, with their notes in order."""
     source, settings = judged.source, judging.settings
-    tol_native = tolerance(source.dtype, "native", settings.rtol, settings.atol)
-    tol_numeric = tolerance(source.dtype, "numeric", settings.rtol, settings.atol)
+    tol_native = tolerance(judging.tolerance_dtype(source), "native", settings.rtol, settings.atol)
+    tol_numeric = tolerance(judging.tolerance_dtype(source), "numeric", settings.rtol, settings.atol)
     native = native_evidence(judged, native_outcome, tol_native)
     numeric, fallback = numeric_evidence(judging, judged, native, tol_numeric)
     notes = [*native.notes, *fallback, *numeric.notes]
@@ -518,6 +571,8 @@ def gather_evidence(
             native, numeric, refined = settle_native_disagreement(judging, judged, native, numeric, tol_numeric)
         elif numeric.verdict is Evidence.DISAGREES:
             numeric, refined = localise_fast_failure(judging, judged, numeric, tol_numeric)
+    elif numeric.verdict is Evidence.AGREES and native.verdict is Evidence.DISAGREES:
+        native, refined = native_below_resolution(judged, native, tol_numeric)
     return native, numeric, notes + list(refined)
 
 
@@ -596,6 +651,18 @@ def judge_source(
 # -- every gradient --------------------------------------------------------------
 
 
+def complex_notes(output_labels: list[str]) -> list[str]:
+    """How complex outputs were checked (the convention, stated once per result)."""
+    complex_outputs = [label[: -len(".real")] for label in output_labels if label.endswith(".real")]
+    if not complex_outputs:
+        return []
+    return [
+        f"complex output {', '.join(complex_outputs)} checked under TensorFlow's convention: the backward "
+        "function gets dy = dL/dRe y + i dL/dIm y, and finite differences of the real loss "
+        "<a, Re y> + <b, Im y> are the reference"
+    ]
+
+
 @dataclass(frozen=True)
 class Judgement:
     """The verdicts on every source, the problems they found (before hints), and notes."""
@@ -606,6 +673,8 @@ class Judgement:
     """Notes about the run as a whole."""
     verdict_notes: list[str]
     """The verdicts' notes, in source order (the same note may come from several)."""
+    redrawn: tuple[str, ...] = ()
+    """Sources whose finite differences disagreed at the first draw only, and which have no problem."""
 
 
 def value_checks(
@@ -621,7 +690,7 @@ def value_checks(
     pending = [s for s in harness.sources if s.name not in skip]
     verdicts: dict[str, Verdict] = {}
     redrawn: set[str] = set()
-    notes: list[str] = []
+    notes: list[str] = judging.narrowed(harness.sources)
     for index in range(MAX_DRAWS):
         if not pending:
             break
@@ -645,14 +714,34 @@ def value_checks(
                 still.append(source)
         redrawn.update(s.name for s in still)
         pending = still
-    if redrawn & {name for name, v in verdicts.items() if not v.problems}:
-        notes.append(
-            "finite differences disagreed at the first draw but not on a fresh one "
-            "(a kink within the step); passed on redraw"
-        )
     ordered = [verdicts[s.name] for s in harness.sources if s.name in verdicts]
     problems = [p for v in ordered for p in v.problems]
-    return Judgement(verdicts, problems, notes, [n for v in ordered for n in v.notes])
+    settled = tuple(s.name for s in harness.sources if s.name in redrawn and not verdicts[s.name].problems)
+    return Judgement(verdicts, problems, notes, [n for v in ordered for n in v.notes], settled)
+
+
+def redraw_notes(judgement: Judgement, failed: bool) -> list[str]:
+    """The run's notes, with the gradients settled on a fresh draw ("passed" only where the result passed)."""
+    if not judgement.redrawn:
+        return list(judgement.notes)
+    note = "finite differences disagreed at the first draw but not on a fresh one (a kink within the step); " + (
+        f"{', '.join(judgement.redrawn)} agreed on the fresh draw" if failed else "passed on redraw"
+    )
+    return [*judgement.notes, note]
+
+
+def seen_in_every_execution(judgement: Judgement, differing: set[str | None]) -> Judgement:
+    """Value problems with no execution mode where eager and tf.function gave the same gradient.
+
+    Values are judged on the eager gradient; where tf.function's equals it,
+    the problem is the same in both modes, so it names neither.
+    """
+    problems = [p if p.input in differing else replace(p, execution=None) for p in judgement.problems]
+    verdicts = {
+        name: v if name in differing else replace(v, problems=[replace(p, execution=None) for p in v.problems])
+        for name, v in judgement.verdicts.items()
+    }
+    return replace(judgement, problems=problems, verdicts=verdicts)
 
 
 def second_order_checks(
