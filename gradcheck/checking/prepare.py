@@ -24,6 +24,7 @@ from gradcheck.inputs import CallPlan, TensorSpec, draw_tensor, plan_call, subje
 from gradcheck.instrument import Outcome, raised_by_gradcheck
 from gradcheck.results import InputRecord, format_shape
 from gradcheck.targets import FunctionTarget, LayerTarget, Patch, WrapperTarget
+from gradcheck.targets_nested import ReachingTarget
 
 if TYPE_CHECKING:
     from gradcheck.checking.request import CheckRequest
@@ -150,8 +151,10 @@ def build(request: CheckRequest, dtype: str) -> Built:
         namer = variable_namer(request, instance)
     elif subject.binding == "classmethod":
         forward = forward.__get__(subject.owner, type(subject.owner))
-    if subject.binding == "wrapper":
-        target: Any = WrapperTarget(subject.obj, forward)
+    if subject.reaching:
+        target: Any = ReachingTarget(forward, subject.name)
+    elif subject.binding == "wrapper":
+        target = WrapperTarget(subject.obj, forward)
     else:
         target = FunctionTarget(forward, subject.name.rsplit(".", 1)[-1])
     return Built(target, _plan(request, inspect.signature(forward), dtype), namer)
@@ -202,7 +205,8 @@ def _build_layer(request: CheckRequest, dtype: str) -> Built:
     ]
     signature = inspect.signature(layer.call)
     plan = _plan(request, signature, dtype)
-    return Built(LayerTarget(layer, patches), plan, variable_namer(request, layer), layer, fresh)
+    target = ReachingTarget(layer, subject.name) if subject.reaching else LayerTarget(layer, patches)
+    return Built(target, plan, variable_namer(request, layer), layer, fresh)
 
 
 def variable_namer(request: CheckRequest, owner: Any) -> Callable[[Any], str]:
