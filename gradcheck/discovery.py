@@ -371,7 +371,7 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
     parts = _tf.custom_gradient_parts(obj)
     wrapper = _tf.wrapper_parts(obj) if parts is None and (place is None or place.owner is None) else None
     if parts is None and wrapper is None:
-        return None
+        return _reaching_callable(obj) if place is None else None
     forward = parts.forward if parts is not None else wrapper[1]  # type: ignore[index]
     if place is not None and not _defined_here(forward, place.module):
         return None
@@ -398,6 +398,32 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
         owner=place.owner if place is not None else None,
         binding=(place.binding if place is not None else "function") if parts is not None else "wrapper",
         module=place.module if place is not None else inspect.getmodule(forward),
+    )
+
+
+def _reaching_callable(obj: Any) -> Subject | None:
+    """A function or bound method handed to ``gradcheck.check`` that makes custom gradients as it runs."""
+    function = nesting.plain_function(obj)
+    if not inspect.isfunction(function):
+        return None
+    if not nesting.Reachability(function.__module__ or "").makes_custom_gradients(obj):
+        return None
+    source = None
+    with contextlib.suppress(TypeError):
+        source = inspect.getsourcefile(inspect.unwrap(function))
+    shown = display_path(Path(source)) if source else "<unknown>"
+    name = function.__qualname__
+    return Subject(
+        id=f"{shown}::{name}",
+        name=name,
+        kind="function",
+        path=shown,
+        line=_def_line(function),
+        obj=obj,
+        forward=obj,
+        module=inspect.getmodule(function),
+        reaching=True,
+        explicit=True,
     )
 
 
@@ -492,8 +518,8 @@ def _layer_subject(obj: Any, cls: type, place: Place | None) -> Subject | None:
         return None
     patches = reached_custom_gradients(call, cls)
     if not patches:
-        module = sys.modules.get(cls.__module__) if place is None else place.module
-        if module is not None and nesting.Reachability(module).makes_custom_gradients(call, cls):
+        home = cls.__module__ if place is None else place.module
+        if nesting.Reachability(home).makes_custom_gradients(call, cls):
             return _reaching_layer(obj, cls, place, call)
         return None
     if place is not None:

@@ -19,10 +19,12 @@ custom-gradient functions is not a candidate: those are checked themselves.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dis
 import inspect
 import sys
+import textwrap
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -99,14 +101,25 @@ def _followed(value: Any, home: str) -> bool:
 class Reachability:
     """Answers "does this function make custom gradients as it runs?" for one module's code."""
 
-    def __init__(self, module: ModuleType) -> None:
-        self.module = module
-        self.home = module.__name__.partition(".")[0]
+    def __init__(self, module: ModuleType | str) -> None:
+        name = module if isinstance(module, str) else module.__name__
+        #: The top-level package whose code is followed even where it is TensorFlow's own.
+        self.home = name.partition(".")[0]
         self._memo: dict[int, bool] = {}
 
     def makes_custom_gradients(self, obj: Any, cls: type | None = None) -> bool:
         """True when ``obj`` (or what it calls) applies a custom-gradient decorator as it runs."""
-        return self._visit(plain_function(obj), cls, 0, set())
+        function = plain_function(obj)
+        # A wrapper made with functools.wraps (TensorFlow's dispatch, a user's decorator) may make
+        # the custom gradient itself, or the function it wraps may: look at each layer.
+        for _ in range(8):
+            if self._visit(function, cls, 0, set()):
+                return True
+            inner = getattr(function, "__wrapped__", None)
+            if inner is None or inner is function:
+                return False
+            function = plain_function(inner)
+        return False
 
     def _visit(self, func: Any, cls: type | None, depth: int, seen: set[int]) -> bool:
         code = getattr(func, "__code__", None)
@@ -212,4 +225,48 @@ def _is_factory(function: Any) -> bool:
             if previous.opname in ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE") and previous.argval in nested:
                 return True
         previous = instruction
+    return False
+
+
+_PYTHON_TYPES = {"str", "int", "bool", "float", "Text"}
+
+
+def non_tensor_parameters(function: Any) -> dict[str, str]:
+    """Parameters the code shows to be Python values, not tensors, each with the reason.
+
+    Read from the source: an annotation ``str``/``int``/``bool``/``float``,
+    or a comparison with a string (``mode == "floor"``, ``mode in ("a", "b")``).
+    Such an argument cannot be drawn: it must be set in ``constants``.
+    """
+    try:
+        source = textwrap.dedent(inspect.getsource(inspect.unwrap(plain_function(function))))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return {}
+    definition = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if definition is None:
+        return {}
+    parameters = [*definition.args.posonlyargs, *definition.args.args, *definition.args.kwonlyargs]
+    found: dict[str, str] = {}
+    for parameter in parameters:
+        annotation = ast.unparse(parameter.annotation) if parameter.annotation is not None else ""
+        if annotation.split("[")[0].split(".")[-1] in _PYTHON_TYPES:
+            found[parameter.arg] = f"annotated {annotation}"
+    names = {p.arg for p in parameters}
+    for node in ast.walk(definition):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        strings = any(_is_string(operand) for operand in operands)
+        for operand in operands:
+            if strings and isinstance(operand, ast.Name) and operand.id in names:
+                found.setdefault(operand.id, "compared with a string")
+    return found
+
+
+def _is_string(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return bool(node.elts) and all(_is_string(element) for element in node.elts)
     return False

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gradcheck import _tf, probing
+from gradcheck import _tf, nesting, probing
 from gradcheck.checking.exceptions import UserCodeError, describe_exception
 from gradcheck.config import VariableValue
 from gradcheck.harness import Harness
@@ -157,7 +157,21 @@ def build(request: CheckRequest, dtype: str) -> Built:
         target = WrapperTarget(subject.obj, forward)
     else:
         target = FunctionTarget(forward, subject.name.rsplit(".", 1)[-1])
-    return Built(target, _plan(request, inspect.signature(forward), dtype), namer)
+    plan = _plan(request, inspect.signature(forward), dtype)
+    if subject.reaching:
+        _refuse_python_values(request, forward, plan)
+    return Built(target, plan, namer)
+
+
+def _refuse_python_values(request: CheckRequest, forward: Callable[..., Any], plan: CallPlan) -> None:
+    """A required argument the code uses as a Python value (a mode string) cannot be drawn: ask for it."""
+    python_values = nesting.non_tensor_parameters(forward)
+    for name in plan.unknown:
+        if name in python_values:
+            raise NeedsConfig(
+                f"argument {name} is a Python value, not a tensor ({python_values[name]}); add to "
+                f"{request.config_label}: {table_key(request)} constants = {{ {name} = ... }}"
+            )
 
 
 def _plan(request: CheckRequest, signature: inspect.Signature, dtype: str) -> CallPlan:
