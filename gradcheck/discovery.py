@@ -85,7 +85,7 @@ class Subject:
     """For a layer: the names of those functions, for listings."""
     reaching: bool = False
     """Its custom gradients are made as it runs (nested, or behind a helper): they are found,
-    instrumented and switched off while it runs (:mod:`gradcheck.targets_nested`)."""
+    instrumented and switched off while it runs (:mod:`gradcheck.targets.reaching`)."""
     explicit: bool = False
     """Named by ``::NAME`` or a config table: checked even where it reaches no custom gradient."""
 

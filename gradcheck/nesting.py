@@ -11,7 +11,7 @@ function's own globals, closure and defaults, as the interpreter would, so
 ``tf2.custom_gradient``, ``custom_gradient.custom_gradient`` and a
 decorator bound under another name are all seen. A check then confirms the
 candidate by recording which custom gradients a call really reaches
-(:mod:`gradcheck.targets_nested`).
+(:mod:`gradcheck.targets.reaching`).
 
 A function that reaches custom gradients only through module-level
 custom-gradient functions is not a candidate: those are checked themselves.
@@ -30,7 +30,6 @@ from types import ModuleType
 from typing import Any
 
 from gradcheck import _tf
-from gradcheck._tf_reach import is_custom_gradient_decorator
 
 #: How deep calls into helper functions are followed.
 _MAX_DEPTH = 6
@@ -137,7 +136,7 @@ class Reachability:
         return found
 
     def _makes(self, value: Any, depth: int, seen: set[int]) -> bool:
-        if is_custom_gradient_decorator(value):
+        if _tf.is_custom_gradient_decorator(value):
             return True
         if isinstance(value, (ModuleType, type)) or _tf.custom_gradient_parts(value):
             return False  # a module-level custom-gradient function is checked on its own

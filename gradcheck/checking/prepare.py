@@ -23,8 +23,7 @@ from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, TensorSpec, draw_tensor, plan_call, subject_rng
 from gradcheck.instrument import Outcome, raised_by_gradcheck
 from gradcheck.results import InputRecord, format_shape
-from gradcheck.targets import FunctionTarget, LayerTarget, Patch, WrapperTarget
-from gradcheck.targets_nested import ReachingTarget
+from gradcheck.targets import FunctionTarget, LayerTarget, Patch, ReachingTarget, WrapperTarget
 
 if TYPE_CHECKING:
     from gradcheck.checking.request import CheckRequest

@@ -1,7 +1,7 @@
 """What a check adds for a subject whose custom gradients are found while it runs.
 
 A public function (or layer) that makes its custom gradients as it runs is
-checked through itself (:mod:`gradcheck.targets_nested`). Once the custom
+checked through itself (:mod:`gradcheck.targets.reaching`). Once the custom
 run has recorded which custom gradients it reached, this module says what
 that means for the check: none reached and the subject was only a candidate
 -> skipped (it is no target); none reached and the user named it -> its
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gradcheck.discovery import Subject
-from gradcheck.numerics import BackwardRecord, Outcome
+from gradcheck.instrument import BackwardRecord, Outcome
 
 
 @dataclass(frozen=True)
