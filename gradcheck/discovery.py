@@ -458,10 +458,11 @@ def find_subjects(module: ModuleType, path: Path, named: Iterable[str] = ()) -> 
                 found.append(subject_of(function, Place(f"{name}.{attr}", path, module, obj, binding)))
     subjects = [subject for subject in found if subject is not None]
     taken = {subject.name for subject in subjects}
+    named = set(named)
     for name, function, owner, binding in nesting.candidates(module, taken):
-        subjects.append(_reaching_subject(function, Place(name, path, module, owner, binding)))
+        subjects.append(_reaching_subject(function, Place(name, path, module, owner, binding), name in named))
         taken.add(name)
-    for name in named:
+    for name in sorted(named):
         if name not in taken and (explicit := _explicit_subject(module, path, name)) is not None:
             subjects.append(explicit)
     subjects.sort(key=lambda s: s.line)
