@@ -166,7 +166,7 @@ def _reached(
     request: CheckRequest, outcomes: Mapping[str, Outcome], findings: _Findings
 ) -> tuple[CheckRequest, str | None]:
     """A subject checked through the custom gradients it reaches: skip it, or say what it reached."""
-    seen = reaching.reached(request.subject, outcomes, table_key(request))
+    seen = reaching.reached(request.subject, outcomes, table_key(request), request.settings.reference)
     if seen.skip_reason is not None:
         findings.skip_reason = seen.skip_reason
         return request, "skipped"
