@@ -18,13 +18,13 @@ import os
 import re
 import site
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gradcheck import _tf, tracebacks
+from gradcheck import _tf, nesting, tracebacks
 from gradcheck.config import closest
 from gradcheck.errors import TargetError
 
@@ -83,6 +83,11 @@ class Subject:
     """For a layer: the (namespace, name) of each custom-gradient function its ``call`` reaches."""
     reaches: tuple[str, ...] = ()
     """For a layer: the names of those functions, for listings."""
+    reaching: bool = False
+    """Its custom gradients are made as it runs (nested, or behind a helper): they are found,
+    instrumented and switched off while it runs (:mod:`gradcheck.targets.reaching`)."""
+    explicit: bool = False
+    """Named by ``::NAME`` or a config table: checked even where it reaches no custom gradient."""
 
 
 def display_path(path: Path) -> str:
@@ -366,7 +371,7 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
     parts = _tf.custom_gradient_parts(obj)
     wrapper = _tf.wrapper_parts(obj) if parts is None and (place is None or place.owner is None) else None
     if parts is None and wrapper is None:
-        return None
+        return _reaching_callable(obj) if place is None else None
     forward = parts.forward if parts is not None else wrapper[1]  # type: ignore[index]
     if place is not None and not _defined_here(forward, place.module):
         return None
@@ -396,6 +401,32 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
     )
 
 
+def _reaching_callable(obj: Any) -> Subject | None:
+    """A function or bound method handed to ``gradcheck.check`` that makes custom gradients as it runs."""
+    function = nesting.plain_function(obj)
+    if not inspect.isfunction(function):
+        return None
+    if not nesting.Reachability(function.__module__ or "").makes_custom_gradients(obj):
+        return None
+    source = None
+    with contextlib.suppress(TypeError):
+        source = inspect.getsourcefile(inspect.unwrap(function))
+    shown = display_path(Path(source)) if source else "<unknown>"
+    name = function.__qualname__
+    return Subject(
+        id=f"{shown}::{name}",
+        name=name,
+        kind="function",
+        path=shown,
+        line=_def_line(function),
+        obj=obj,
+        forward=obj,
+        module=inspect.getmodule(function),
+        reaching=True,
+        explicit=True,
+    )
+
+
 def why_not_subject(obj: Any) -> str:
     """Why :func:`subject_of` found no subject in ``obj``, for a message."""
     layer_class = obj if isinstance(obj, type) else type(obj)
@@ -404,8 +435,13 @@ def why_not_subject(obj: Any) -> str:
     return f"{getattr(obj, '__qualname__', obj)!r} is not a @tf.custom_gradient function"
 
 
-def find_subjects(module: ModuleType, path: Path) -> list[Subject]:
-    """Custom-gradient functions, methods, gradient wrappers and layers that ``module`` defines."""
+def find_subjects(module: ModuleType, path: Path, named: Iterable[str] = ()) -> list[Subject]:
+    """Custom-gradient functions, methods, gradient wrappers and layers that ``module`` defines.
+
+    Public functions and methods that make custom gradients as they run
+    (:mod:`gradcheck.nesting`) are subjects too; so is each function or
+    layer in ``named`` (``::NAME`` or a config table), whatever it reaches.
+    """
     found: list[Subject | None] = []
     for name, obj in list(vars(module).items()):
         if not inspect.isclass(obj):
@@ -421,8 +457,59 @@ def find_subjects(module: ModuleType, path: Path) -> list[Subject]:
                 function = member.__func__ if bound else member
                 found.append(subject_of(function, Place(f"{name}.{attr}", path, module, obj, binding)))
     subjects = [subject for subject in found if subject is not None]
+    taken = {subject.name for subject in subjects}
+    named = set(named)
+    for name, function, owner, binding in nesting.candidates(module, taken):
+        subjects.append(_reaching_subject(function, Place(name, path, module, owner, binding), name in named))
+        taken.add(name)
+    for name in sorted(named):
+        if name not in taken and (explicit := _explicit_subject(module, path, name)) is not None:
+            subjects.append(explicit)
     subjects.sort(key=lambda s: s.line)
     return subjects
+
+
+def _reaching_subject(function: Any, place: Place, explicit: bool = False) -> Subject:
+    """A function or method checked through the custom gradients it makes as it runs."""
+    forward = nesting.plain_function(function)
+    shown = display_path(place.path)
+    return Subject(
+        id=f"{shown}::{place.name}",
+        name=place.name,
+        kind="function",
+        path=shown,
+        line=_def_line(forward),
+        obj=function,
+        forward=forward,
+        owner=place.owner,
+        binding=place.binding,
+        module=place.module,
+        reaching=True,
+        explicit=explicit,
+    )
+
+
+def _explicit_subject(module: ModuleType, path: Path, name: str) -> Subject | None:
+    """A function, method or Keras layer ``module`` defines, named by the user: checked anyway."""
+    owner_name, _, member = name.rpartition(".")
+    owner = vars(module).get(owner_name) if owner_name else None
+    obj = vars(owner).get(member) if isinstance(owner, type) else vars(module).get(name)
+    if owner_name and not isinstance(owner, type):
+        return None
+    if owner is None and _tf.is_keras_layer_class(obj) and obj.__module__ == module.__name__:
+        call = getattr(obj, "call", None)
+        return _reaching_layer(obj, obj, Place(name, path, module), call, explicit=True) if call is not None else None
+    function = nesting.plain_function(obj)
+    if not inspect.isfunction(function) or function.__module__ != module.__name__:
+        return None
+    binding = "method"
+    if isinstance(obj, staticmethod):
+        binding = "staticmethod"
+    elif isinstance(obj, classmethod):
+        binding = "classmethod"
+    elif owner is None:
+        binding = "function"
+    return _reaching_subject(obj, Place(name, path, module, owner, binding), explicit=True)
 
 
 def _layer_subject(obj: Any, cls: type, place: Place | None) -> Subject | None:
@@ -432,6 +519,9 @@ def _layer_subject(obj: Any, cls: type, place: Place | None) -> Subject | None:
         return None
     patches = reached_custom_gradients(call, cls)
     if not patches:
+        home = cls.__module__ if place is None else place.module
+        if nesting.Reachability(home).makes_custom_gradients(call, cls):
+            return _reaching_layer(obj, cls, place, call)
         return None
     if place is not None:
         name, shown, line, module = place.name, display_path(place.path), _class_line(cls, place.path), place.module
@@ -451,6 +541,30 @@ def _layer_subject(obj: Any, cls: type, place: Place | None) -> Subject | None:
         module=module,
         patches=tuple(patches),
         reaches=tuple(dict.fromkeys(n for _, n in patches)),
+    )
+
+
+def _reaching_layer(obj: Any, cls: type, place: Place | None, call: Any, explicit: bool = False) -> Subject:
+    """A layer whose ``call`` makes custom gradients as it runs (a custom-gradient method, or one
+    nested in ``call``), or a layer named explicitly."""
+    if place is not None:
+        name, shown, line, module = place.name, display_path(place.path), _class_line(cls, place.path), place.module
+    else:
+        source = call.__code__.co_filename
+        name, shown, line, module = cls.__name__, display_path(Path(source)), 0, sys.modules.get(cls.__module__)
+    return Subject(
+        id=f"{shown}::{name}",
+        name=name,
+        kind="layer",
+        path=shown,
+        line=line,
+        obj=obj,
+        forward=None,
+        owner=cls,
+        binding="layer",
+        module=module,
+        reaching=True,
+        explicit=explicit,
     )
 
 

@@ -222,6 +222,9 @@ class Result:
     """Line of the function's ``def``."""
     backward_line: int | None = None
     """Line of the backward function's ``def``, where known."""
+    custom_gradients: tuple[dict[str, Any], ...] = ()
+    """For a function or layer checked through the custom gradients it reaches as it runs: each
+    inner function reached (``function``, ``backward_line``, ``backward_file``)."""
     reproduce: str | None = None
     """The command that reproduces this verdict."""
 
@@ -246,6 +249,8 @@ class Result:
             record["notes"] = list(self.notes)
         if self.skip_reason is not None:
             record["skip_reason"] = self.skip_reason
+        if self.custom_gradients:
+            record["custom_gradients"] = [dict(item) for item in self.custom_gradients]
         if self.reproduce is not None:
             record["reproduce"] = self.reproduce
         return record

@@ -195,7 +195,8 @@ def collect(
                 if on_import is not None:
                     on_import(display_path(file))
                 module, module_state = import_isolated(file)
-                found = find_subjects(module, file)
+                named = {*config.functions, *config.layers, *([target.selector] if target.selector else [])}
+                found = find_subjects(module, file, named)
                 found_by_config.setdefault(config.path, []).extend(found)
                 imported[resolved] = [PlannedCheck(subject, config, module_state) for subject in found]
             found_here.extend(imported[resolved])

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from gradcheck import _tf, state
-from gradcheck.checking import audit, diagnose, verdict
+from gradcheck.checking import audit, diagnose, reaching, verdict
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
 from gradcheck.checking.prepare import (
     Built,
@@ -48,6 +48,7 @@ from gradcheck.checking.prepare import (
     probe,
     redraw_layer_weights,
     reference_harness,
+    table_key,
 )
 from gradcheck.checking.request import CheckRequest
 from gradcheck.discovery import import_root
@@ -69,6 +70,7 @@ class _Findings:
     problems: list[Problem] = field(default_factory=list)
     skip_reason: str | None = None
     backward_line: int | None = None
+    inner: tuple[dict[str, object], ...] = ()
     plan: CallPlan | None = None
     harness: Harness | None = None
     reference_harness: Harness | None = None
@@ -150,6 +152,10 @@ def _attempt(request: CheckRequest, findings: _Findings, keywords: frozenset[str
             "it, as for an argument the caller names"
         )
         return _Retry(findings.dtype, keywords | retry)
+    if request.subject.reaching:
+        request, status = _reached(request, outcomes, findings)
+        if status is not None:
+            return status
     findings.backward_line = findings.backward_line or _backward_line(outcomes)
     audited = _audit(request, prepared, outcomes, findings)
     if any(p.check == "exception" for p in findings.problems):
@@ -157,6 +163,22 @@ def _attempt(request: CheckRequest, findings: _Findings, keywords: frozenset[str
     if _values_comparable(request, prepared, findings):
         _compare_values(request, prepared, outcomes, audited.not_tensors, findings)
     return "failed" if findings.problems else "passed"
+
+
+def _reached(
+    request: CheckRequest, outcomes: Mapping[str, Outcome], findings: _Findings
+) -> tuple[CheckRequest, str | None]:
+    """A subject checked through the custom gradients it reaches: skip it, or say what it reached."""
+    seen = reaching.reached(request.subject, outcomes, table_key(request), request.settings.reference)
+    if seen.skip_reason is not None:
+        findings.skip_reason = seen.skip_reason
+        return request, "skipped"
+    findings.inner = reaching.inner_functions(seen.records)
+    if seen.note:
+        findings.note(seen.note)
+    if seen.numeric_only and request.settings.reference in ("both", "native"):
+        request = replace(request, settings=replace(request.settings, reference="numeric"))
+    return request, None
 
 
 def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str]) -> _Prepared | str | _Retry:
@@ -246,7 +268,8 @@ def _audit(
         plan=prepared.plan,
         variables=tuple(prepared.harness.variables),
         name_variable=prepared.built.name_variable,
-        wrapper=isinstance(prepared.built.target, WrapperTarget),
+        wrapper=isinstance(prepared.built.target, WrapperTarget) or (request.subject.reaching and not findings.inner),
+        reaching=request.subject.reaching,
     )
     audits = {execution: audit.audit(audited, outcome) for execution, outcome in outcomes.items()}
     findings.problems.extend(audit.keyword_problems(prepared.plan))
@@ -427,5 +450,6 @@ def check_subject(request: CheckRequest) -> Result:
         path=subject.path,
         line=subject.line,
         backward_line=findings.backward_line,
+        custom_gradients=findings.inner,
         reproduce=request.reproduce if status in ("failed", "error") else None,
     )

@@ -58,6 +58,9 @@ class Audited:
     name_variable: Callable[[Any], str] = str
     wrapper: bool = False
     """True for a gradient wrapper, whose backward function gradcheck does not see called."""
+    reaching: bool = False
+    """True for a subject checked through the custom gradients it reaches: each backward function
+    owes gradients for what its own forward function received, as in a layer."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def _plural(count: int, word: str) -> str:
 
 def slots_for(subject: Audited, record: BackwardRecord) -> list[Slot]:
     """What this backward function owes gradients for."""
-    if subject.kind != "layer":
+    if subject.kind != "layer" and not subject.reaching:
         return [
             Slot(a.name, a.role, a.spec.shape if a.spec else None, a.spec.dtype if a.spec else None, a.value)
             for a in subject.plan.slots
@@ -180,7 +183,7 @@ def audit_returned(subject: Audited, record: BackwardRecord) -> Audit:
     slots = slots_for(subject, record)
     returned = record.returned or []
     if len(returned) != len(slots):
-        prefix = f"{record.function}: " if subject.kind == "layer" else ""
+        prefix = f"{record.function}: " if subject.kind == "layer" or subject.reaching else ""
         return Audit([_count_problem(prefix, slots, len(returned))])
     returned_shapes = {s.name: g.shape for s, g in zip(slots, returned)}
     input_shapes = {s.name: s.shape for s in slots if s.role == "input" and s.shape is not None}

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gradcheck import _tf, probing
+from gradcheck import _tf, nesting, probing
 from gradcheck.checking.exceptions import UserCodeError, describe_exception
 from gradcheck.config import VariableValue
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, TensorSpec, draw_tensor, plan_call, subject_rng
 from gradcheck.instrument import Outcome, raised_by_gradcheck
 from gradcheck.results import InputRecord, format_shape
-from gradcheck.targets import FunctionTarget, LayerTarget, Patch, WrapperTarget
+from gradcheck.targets import FunctionTarget, LayerTarget, Patch, ReachingTarget, WrapperTarget
 
 if TYPE_CHECKING:
     from gradcheck.checking.request import CheckRequest
@@ -150,11 +150,27 @@ def build(request: CheckRequest, dtype: str) -> Built:
         namer = variable_namer(request, instance)
     elif subject.binding == "classmethod":
         forward = forward.__get__(subject.owner, type(subject.owner))
-    if subject.binding == "wrapper":
-        target: Any = WrapperTarget(subject.obj, forward)
+    if subject.reaching:
+        target: Any = ReachingTarget(forward, subject.name)
+    elif subject.binding == "wrapper":
+        target = WrapperTarget(subject.obj, forward)
     else:
         target = FunctionTarget(forward, subject.name.rsplit(".", 1)[-1])
-    return Built(target, _plan(request, inspect.signature(forward), dtype), namer)
+    plan = _plan(request, inspect.signature(forward), dtype)
+    if subject.reaching:
+        _refuse_python_values(request, forward, plan)
+    return Built(target, plan, namer)
+
+
+def _refuse_python_values(request: CheckRequest, forward: Callable[..., Any], plan: CallPlan) -> None:
+    """A required argument the code uses as a Python value (a mode string) cannot be drawn: ask for it."""
+    python_values = nesting.non_tensor_parameters(forward)
+    for name in plan.unknown:
+        if name in python_values:
+            raise NeedsConfig(
+                f"argument {name} is a Python value, not a tensor ({python_values[name]}); add to "
+                f"{request.config_label}: {table_key(request)} constants = {{ {name} = ... }}"
+            )
 
 
 def _plan(request: CheckRequest, signature: inspect.Signature, dtype: str) -> CallPlan:
@@ -202,7 +218,8 @@ def _build_layer(request: CheckRequest, dtype: str) -> Built:
     ]
     signature = inspect.signature(layer.call)
     plan = _plan(request, signature, dtype)
-    return Built(LayerTarget(layer, patches), plan, variable_namer(request, layer), layer, fresh)
+    target = ReachingTarget(layer, subject.name) if subject.reaching else LayerTarget(layer, patches)
+    return Built(target, plan, variable_namer(request, layer), layer, fresh)
 
 
 def variable_namer(request: CheckRequest, owner: Any) -> Callable[[Any], str]:

@@ -8,7 +8,10 @@ them switched off. One module per kind:
 - :mod:`~gradcheck.targets.function`: a custom-gradient function, called directly;
 - :mod:`~gradcheck.targets.wrapper`: a function behind ``tf.recompute_grad`` and the like;
 - :mod:`~gradcheck.targets.layer`: a Keras layer whose ``call`` reaches custom-gradient
-  functions by name, swapped for the call with :mod:`~gradcheck.targets.patch`.
+  functions by name, swapped for the call with :mod:`~gradcheck.targets.patch`;
+- :mod:`~gradcheck.targets.reaching`: a public function or layer whose custom gradients
+  are made as it runs (nested, behind a helper), found and switched off at TensorFlow's
+  custom-gradient choke point (:class:`gradcheck._tf.Reach`).
 
 A new kind is a new module here with one class that has the two methods.
 """
@@ -19,6 +22,7 @@ from gradcheck.targets.function import FunctionTarget
 from gradcheck.targets.layer import LayerTarget
 from gradcheck.targets.patch import Patch
 from gradcheck.targets.protocol import CallTarget
+from gradcheck.targets.reaching import ReachingTarget
 from gradcheck.targets.wrapper import WrapperTarget
 
-__all__ = ["CallTarget", "FunctionTarget", "LayerTarget", "Patch", "WrapperTarget"]
+__all__ = ["CallTarget", "FunctionTarget", "LayerTarget", "Patch", "ReachingTarget", "WrapperTarget"]

@@ -1,0 +1,271 @@
+"""Which public functions, methods and layer ``call`` methods make custom gradients as they run.
+
+Most real code does not decorate a module-level function: the public
+function defines ``@tf.custom_gradient def inner`` in its body (TensorFlow's
+own ``tf.nn.silu``), calls ``tf.custom_gradient(fn)``, or calls a helper
+that does (TFP's ``custom_gradient(vjp_fwd=..., vjp_bwd=...)``, Keras's
+``keras.ops.custom_gradient``, a user's own factory). This module finds
+those candidates without calling anything: it reads the names a function's
+code (nested functions and lambdas included) uses and resolves them in the
+function's own globals, closure and defaults, as the interpreter would, so
+``tf2.custom_gradient``, ``custom_gradient.custom_gradient`` and a
+decorator bound under another name are all seen. A check then confirms the
+candidate by recording which custom gradients a call really reaches
+(:mod:`gradcheck.targets.reaching`).
+
+A function that reaches custom gradients only through module-level
+custom-gradient functions is not a candidate: those are checked themselves.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dis
+import inspect
+import sys
+import textwrap
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+from gradcheck import _tf
+
+#: How deep calls into helper functions are followed.
+_MAX_DEPTH = 6
+
+
+def _code_names(code: Any) -> list[str]:
+    """Every global or attribute name ``code`` and the code nested in it use, in order."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names.extend(_code_names(const))
+    return list(dict.fromkeys(names))
+
+
+def plain_function(obj: Any) -> Any:
+    """The plain function behind a method, static/class method, partial or ``tf.function``."""
+    for _ in range(8):
+        if isinstance(obj, (staticmethod, classmethod)) or inspect.ismethod(obj):
+            obj = obj.__func__
+        elif hasattr(obj, "python_function"):  # tf.function
+            obj = obj.python_function
+        elif hasattr(obj, "func") and hasattr(obj, "args") and not hasattr(obj, "__code__"):  # functools.partial
+            obj = obj.func
+        else:
+            return obj
+    return obj
+
+
+def _values_seen(func: Any, names: list[str]) -> Iterator[Any]:
+    """The objects ``func``'s names resolve to: globals, attributes of global modules and
+    classes (two levels: ``keras.ops.custom_gradient``), closure cells and defaults."""
+    namespace = getattr(func, "__globals__", {})
+    wanted = set(names)
+    for name in names:
+        if name not in namespace:
+            continue
+        value = namespace[name]
+        yield value
+        if isinstance(value, (ModuleType, type)):
+            for attr in names:
+                member = _attribute(value, attr)
+                if member is None:
+                    continue
+                yield member
+                if isinstance(member, ModuleType):
+                    yield from (m for a in wanted if (m := _attribute(member, a)) is not None)
+    for cell in getattr(func, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            yield cell.cell_contents
+    yield from getattr(func, "__defaults__", None) or ()
+    yield from (getattr(func, "__kwdefaults__", None) or {}).values()
+
+
+def _attribute(owner: Any, name: str) -> Any:
+    try:
+        return inspect.getattr_static(owner, name)
+    except AttributeError:
+        return None
+
+
+def _followed(value: Any, home: str) -> bool:
+    """Whether calls into ``value`` are followed: the home package's code, or code outside TF/Keras."""
+    module = getattr(value, "__module__", "") or ""
+    top = module.partition(".")[0]
+    return top == home or not (_tf.is_tf_own(value) or top in sys.stdlib_module_names or top == "numpy")
+
+
+class Reachability:
+    """Answers "does this function make custom gradients as it runs?" for one module's code."""
+
+    def __init__(self, module: ModuleType | str) -> None:
+        name = module if isinstance(module, str) else module.__name__
+        #: The top-level package whose code is followed even where it is TensorFlow's own.
+        self.home = name.partition(".")[0]
+        self._memo: dict[int, bool] = {}
+
+    def makes_custom_gradients(self, obj: Any, cls: type | None = None) -> bool:
+        """True when ``obj`` (or what it calls) applies a custom-gradient decorator as it runs."""
+        function = plain_function(obj)
+        # A wrapper made with functools.wraps (TensorFlow's dispatch, a user's decorator) may make
+        # the custom gradient itself, or the function it wraps may: look at each layer.
+        for _ in range(8):
+            if self._visit(function, cls, 0, set()):
+                return True
+            inner = getattr(function, "__wrapped__", None)
+            if inner is None or inner is function:
+                return False
+            function = plain_function(inner)
+        return False
+
+    def _visit(self, func: Any, cls: type | None, depth: int, seen: set[int]) -> bool:
+        code = getattr(func, "__code__", None)
+        if code is None or id(code) in seen or depth > _MAX_DEPTH:
+            return False
+        if id(code) in self._memo:
+            return self._memo[id(code)]
+        seen.add(id(code))
+        names = _code_names(code)
+        found = any(self._makes(value, depth, seen) for value in _values_seen(func, names))
+        if not found and cls is not None:
+            members = (_class_member(cls, name) for name in names)
+            found = any(self._member_makes(member, cls, depth, seen) for member in members if member is not None)
+        self._memo[id(code)] = found
+        return found
+
+    def _makes(self, value: Any, depth: int, seen: set[int]) -> bool:
+        if _tf.is_custom_gradient_decorator(value):
+            return True
+        if isinstance(value, (ModuleType, type)) or _tf.custom_gradient_parts(value):
+            return False  # a module-level custom-gradient function is checked on its own
+        function = plain_function(value)
+        if inspect.isfunction(function) and _followed(function, self.home):
+            return self._visit(function, None, depth + 1, seen)
+        return False
+
+    def _member_makes(self, member: Any, cls: type, depth: int, seen: set[int]) -> bool:
+        """A method of the same class: a custom-gradient method counts (layers read ``self.kernel``)."""
+        if _tf.custom_gradient_parts(plain_function(member)) is not None:
+            return True
+        return self._visit(plain_function(member), cls, depth + 1, seen)
+
+
+def _class_member(cls: type, name: str) -> Any:
+    """A member of ``cls`` or of one of its user-defined bases (not Keras's own), as stored."""
+    for klass in cls.__mro__:
+        if klass is object or _tf.is_tf_own(klass):
+            continue
+        if name in vars(klass):
+            return vars(klass)[name]
+    return None
+
+
+def candidates(module: ModuleType, taken: set[str]) -> list[tuple[str, Any, type | None, str]]:
+    """``(name, function, class, binding)`` for each function or method ``module`` defines that
+    makes custom gradients as it runs, except the names in ``taken`` (found otherwise).
+
+    A private function (``_helper``) is listed only when named explicitly:
+    it is checked through the public functions that call it.
+    """
+    reach = Reachability(module)
+    found: list[tuple[str, Any, type | None, str]] = []
+    for name, obj in list(vars(module).items()):
+        if inspect.isclass(obj):
+            if obj.__module__ == module.__name__ and not _tf.is_keras_layer_class(obj):
+                found.extend(_method_candidates(reach, name, obj, taken))
+            continue
+        function = plain_function(obj)
+        if name in taken or not inspect.isfunction(function) or function.__module__ != module.__name__:
+            continue
+        if (
+            _tf.custom_gradient_parts(obj) is None
+            and not _is_factory(function)
+            and reach.makes_custom_gradients(function)
+        ):
+            found.append((name, obj, None, "function"))
+    return [entry for entry in found if not entry[0].rpartition(".")[2].startswith("_")]
+
+
+def _method_candidates(
+    reach: Reachability, cls_name: str, cls: type, taken: set[str]
+) -> Iterator[tuple[str, Any, type | None, str]]:
+    for attr, member in vars(cls).items():
+        name = f"{cls_name}.{attr}"
+        function = plain_function(member)
+        if name in taken or not inspect.isfunction(function) or attr.startswith("__"):
+            continue
+        if _tf.custom_gradient_parts(member) is not None or _tf.custom_gradient_parts(function) is not None:
+            continue
+        binding = (
+            "staticmethod"
+            if isinstance(member, staticmethod)
+            else "classmethod"
+            if isinstance(member, classmethod)
+            else "method"
+        )
+        if not _is_factory(function) and reach.makes_custom_gradients(function, cls):
+            yield name, function, cls, binding
+
+
+def _is_factory(function: Any) -> bool:
+    """True for a decorator or factory: it returns a function it defines (``return decorator``,
+    ``return lambda ...``), or is named after the decorator. It makes custom gradients for others."""
+    if "custom_gradient" in function.__name__:
+        return True
+    code = function.__code__
+    nested = {const.co_name for const in code.co_consts if hasattr(const, "co_name")}
+    previous = None
+    for instruction in dis.get_instructions(code):
+        if instruction.opname == "RETURN_VALUE" and previous is not None:
+            if previous.opname == "MAKE_FUNCTION":
+                return True
+            if previous.opname in ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE") and previous.argval in nested:
+                return True
+        previous = instruction
+    return False
+
+
+_PYTHON_TYPES = {"str", "int", "bool", "float", "Text"}
+
+
+def non_tensor_parameters(function: Any) -> dict[str, str]:
+    """Parameters the code shows to be Python values, not tensors, each with the reason.
+
+    Read from the source: an annotation ``str``/``int``/``bool``/``float``,
+    or a comparison with a string (``mode == "floor"``, ``mode in ("a", "b")``).
+    Such an argument cannot be drawn: it must be set in ``constants``.
+    """
+    try:
+        source = textwrap.dedent(inspect.getsource(inspect.unwrap(plain_function(function))))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return {}
+    definition = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if definition is None:
+        return {}
+    parameters = [*definition.args.posonlyargs, *definition.args.args, *definition.args.kwonlyargs]
+    found: dict[str, str] = {}
+    for parameter in parameters:
+        annotation = ast.unparse(parameter.annotation) if parameter.annotation is not None else ""
+        if annotation.split("[")[0].split(".")[-1] in _PYTHON_TYPES:
+            found[parameter.arg] = f"annotated {annotation}"
+    names = {p.arg for p in parameters}
+    for node in ast.walk(definition):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        strings = any(_is_string(operand) for operand in operands)
+        for operand in operands:
+            if strings and isinstance(operand, ast.Name) and operand.id in names:
+                found.setdefault(operand.id, "compared with a string")
+    return found
+
+
+def _is_string(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return bool(node.elts) and all(_is_string(element) for element in node.elts)
+    return False

@@ -1,0 +1,187 @@
+"""Custom gradients made as a function runs: nested, aliased, behind helpers, in layers (issue 10).
+
+The fixture module is tests/fixtures/nested/nested_ops.py; each form comes
+right and wrong. Each is checked through its public function: the custom
+gradient it reaches against native autodiff of the same function with that
+custom gradient switched off, and against finite differences.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import gradcheck
+from tests.helpers import blamed, by_name, copy_fixture, invoke, load_copy, run_json
+
+VALUES = {("native", "x"), ("numeric", "x")}
+# name -> (status, {(check, input)}) in fast and full mode
+VERDICTS: dict[str, tuple[str, set[tuple[str, str | None]]]] = {
+    "softplus_nested": ("passed", set()),
+    "softplus_nested_wrong": ("failed", VALUES),
+    "square_by_global": ("passed", set()),
+    "square_by_global_wrong": ("failed", VALUES),
+    "cube_by_module_attribute": ("passed", set()),
+    "cube_by_module_attribute_wrong": ("failed", VALUES),
+    "product_by_alias": ("passed", set()),
+    "product_by_alias_wrong": ("failed", VALUES | {("native", "y"), ("numeric", "y")}),
+    "exp_in_function": ("passed", set()),
+    "exp_in_function_wrong": ("failed", VALUES),
+    "sin_inner_function": ("passed", set()),
+    "sin_inner_function_wrong": ("failed", VALUES),
+    "tanh_by_factory": ("passed", set()),
+    "tanh_by_factory_wrong": ("failed", VALUES),
+    "leaky_with_keyword": ("passed", set()),
+    "leaky_with_keyword_wrong": ("failed", VALUES),
+    "square_by_keras": ("passed", set()),
+    "square_by_keras_wrong": ("failed", VALUES),
+    "rounded": ("passed", set()),
+    "plain_cosh": ("passed", set()),
+    "Scaler.apply": ("passed", set()),
+    "Scaler.apply_wrong": ("failed", VALUES),
+    "Holder.double": ("passed", set()),
+    "Holder.double_wrong": ("failed", VALUES),
+    "MethodDense": ("passed", set()),
+    "MethodDenseWrong": ("failed", {("variables", "kernel")}),
+    "NestedScale": ("passed", set()),
+    "NestedScaleWrong": ("failed", {("native", "scale"), ("numeric", "scale")}),
+}
+#: What --shape-only still catches: a variable gradient of the wrong shape.
+SHAPE_ONLY_FAILS = {"MethodDenseWrong": {("variables", "kernel")}}
+
+
+@pytest.fixture(scope="module")
+def nested(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_fixture("nested", tmp_path_factory.mktemp("nested"))
+
+
+@pytest.fixture(scope="module")
+def report(nested: Path) -> dict[str, dict[str, Any]]:
+    return by_name(run_json(str(nested / "nested_ops.py"), "-c", str(nested / "gradcheck.toml")))
+
+
+def test_every_form_is_found_and_nothing_else(report: dict[str, Any], nested: Path) -> None:
+    assert set(report) == set(VERDICTS)  # not the factory my_custom_gradient, not the class Scaler
+    assert report["MethodDense"]["kind"] == "layer" and report["NestedScale"]["kind"] == "layer"
+    listed = invoke("list", str(nested / "nested_ops.py"), "-c", str(nested / "gradcheck.toml")).stdout
+    assert "::softplus_nested(" in listed and "my_custom_gradient" not in listed
+
+
+@pytest.mark.parametrize("name", sorted(VERDICTS))
+def test_verdicts_fast_mode(report: dict[str, Any], name: str) -> None:
+    status, problems = VERDICTS[name]
+    assert report[name]["status"] == status, report[name]["problems"]
+    assert blamed(report[name]) == problems
+
+
+def test_verdicts_full_mode(nested: Path) -> None:
+    full = by_name(run_json(str(nested / "nested_ops.py"), "-c", str(nested / "gradcheck.toml"), "--mode", "full"))
+    got = {name: (r["status"], blamed(r)) for name, r in full.items()}
+    assert got == VERDICTS
+
+
+def test_verdicts_shape_only(nested: Path) -> None:
+    quick = by_name(run_json(str(nested / "nested_ops.py"), "-c", str(nested / "gradcheck.toml"), "--shape-only"))
+    got = {name: blamed(r) for name, r in quick.items() if r["status"] != "passed"}
+    assert got == SHAPE_ONLY_FAILS
+    assert set(quick) == set(VERDICTS)
+
+
+def _backward_line(nested: Path, function: str, marker: str) -> int:
+    """The line of ``marker`` (a backward def) inside ``function`` in the fixture."""
+    lines = (nested / "nested_ops.py").read_text().splitlines()
+    start = next(i for i, text in enumerate(lines) if text.startswith(f"def {function}("))
+    return next(i for i in range(start, len(lines)) if marker in lines[i]) + 1
+
+
+def test_the_report_names_the_inner_function_and_its_backward_line(report: dict[str, Any], nested: Path) -> None:
+    wrong = report["softplus_nested_wrong"]
+    line = _backward_line(nested, "softplus_nested_wrong", "def grad(dy)")
+    assert wrong["custom_gradients"] == [
+        {"function": "inner", "backward_line": line, "backward_file": str((nested / "nested_ops.py").resolve())}
+    ]
+    assert f"custom gradient reached: inner (backward at nested_ops.py:{line})" in " ".join(wrong["notes"])
+    assert "native reference: softplus_nested_wrong with it switched off" in " ".join(wrong["notes"])
+    # The problems blame the outer function's argument.
+    assert {p["input"] for p in wrong["problems"]} == {"x"}
+    text = invoke("run", str(nested / "nested_ops.py::softplus_nested_wrong"), "-c", str(nested / "gradcheck.toml"))
+    assert f"backward at nested_ops.py:{line}" in text.stdout
+    github = invoke(
+        "run",
+        str(nested / "nested_ops.py::softplus_nested_wrong"),
+        "-c",
+        str(nested / "gradcheck.toml"),
+        "--format",
+        "github",
+    ).stdout
+    assert re.search(rf"::error file=[^,]*nested_ops.py,line={line}\b", github), github
+
+
+def test_tfp_style_helper_and_factory_name_the_users_functions(report: dict[str, Any]) -> None:
+    assert report["tanh_by_factory"]["custom_gradients"][0]["function"] == "wrapped"
+    assert report["Scaler.apply"]["custom_gradients"][0]["function"] == "<lambda>"
+    assert report["MethodDense"]["custom_gradients"][0]["function"] == "_matmul"
+
+
+def test_named_function_reaching_no_custom_gradient_is_checked_against_finite_differences(
+    report: dict[str, Any],
+) -> None:
+    result = report["plain_cosh"]
+    assert result["status"] == "passed"
+    assert any("reaches no tf.custom_gradient" in n and "finite differences only" in n for n in result["notes"])
+    assert "custom_gradients" not in result
+
+
+def test_a_required_python_value_is_asked_for_with_the_config_line(nested: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.toml"
+    empty.write_text("", encoding="utf-8")
+    document = run_json(str(nested / "nested_ops.py::rounded"), "-c", str(empty))
+    result = document["results"][0]
+    assert result["status"] == "skipped"
+    assert "argument mode is a Python value" in result["skip_reason"]
+    assert "[functions.rounded] constants = { mode = ... }" in result["skip_reason"]
+
+
+def test_a_candidate_that_reaches_none_when_called_is_skipped_not_failed(project: Path) -> None:
+    (project / "lazy.py").write_text(
+        "import tensorflow as tf\n\n\n"
+        "def maybe(x, use_custom=False):\n"
+        "    if use_custom:\n"
+        "        return tf.custom_gradient(lambda v: (v * v, lambda dy: 2.0 * v * dy))(x)\n"
+        "    return x * x\n",
+        encoding="utf-8",
+    )
+    result = run_json("lazy.py")["results"][0]
+    assert result["status"] == "skipped"
+    assert "reached no tf.custom_gradient" in result["skip_reason"] and "[functions.maybe]" in result["skip_reason"]
+
+
+CHECK: dict[str, dict[str, Any]] = {
+    "softplus_nested": {"inputs": {"x": (4,)}},
+    "softplus_nested_wrong": {"inputs": {"x": (4,)}},
+    "product_by_alias_wrong": {"inputs": {"x": (3,), "y": (3,)}},
+    "exp_in_function": {"inputs": {"x": (3,)}},
+    "tanh_by_factory_wrong": {"inputs": {"x": (3,)}},
+    "square_by_keras": {"inputs": {"x": (3,)}},
+    "leaky_with_keyword_wrong": {"inputs": {"x": (6,)}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHECK))
+def test_same_verdicts_through_the_python_api(nested: Path, name: str) -> None:
+    module = load_copy(nested / "nested_ops.py")
+    result = gradcheck.check(getattr(module, name), **CHECK[name])
+    status, problems = VERDICTS[name]
+    assert (result.status, {(p.check, p.input) for p in result.problems}) == (status, problems)
+    assert any(n.startswith("custom gradient reached: ") for n in result.notes)
+
+
+def test_layers_through_the_python_api(nested: Path) -> None:
+    module = load_copy(nested / "nested_ops.py")
+    assert gradcheck.check(module.NestedScale, inputs={"x": (4, 3)}).status == "passed"
+    wrong = gradcheck.check(module.NestedScaleWrong, inputs={"x": (4, 3)})
+    assert {(p.check, p.input) for p in wrong.problems} == {("native", "scale"), ("numeric", "scale")}
+    assert gradcheck.check(module.MethodDense, inputs={"x": (4, 2)}).status == "passed"
