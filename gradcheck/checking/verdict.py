@@ -320,10 +320,10 @@ def quick_agreement(judging: Judging, judged: Judged, directions: list[np.ndarra
     ``|p - D| + rounding <= B' / 2`` with ``B' <= B`` (its scale leaves out
     ``|R|``), so ``|p - R| <= |p - D| + |D - F| / 3 <= B / 2 + E / 3``: never
     a failure. The rounding term also covers the last bits by which a loss
-    may differ between stacks of different sizes. The curvature term (a kink
-    inside ``h`` makes it the jump in slope) and the conclusiveness margin
-    keep kinks and noisy losses for the careful stage, whose redraws and
-    notes then stay as they are. What it cannot see is a kink, or a
+    may differ between stacks of different sizes. The curvature (a kink
+    inside ``h`` makes it the jump in slope) and the rounding, held to half
+    the careful stage's conclusiveness bound, keep kinks and noisy losses
+    for the careful stage, whose redraws and notes then stay as they are. What it cannot see is a kink, or a
     non-finite loss, between ``h`` and ``2h``, where the careful stage
     would call the projection inconclusive and redraw: there ``±h`` is
     smooth and its estimate sound.
@@ -338,12 +338,12 @@ def quick_agreement(judging: Judging, judged: Judged, directions: list[np.ndarra
         projected = float(np.sum(products))
         size = max(abs(projected), euclidean_norm(products))
         bound = tol.atol * euclidean_norm(direction) + tol.rtol * size
-        doubt = float(curvature) + found.rounding
-        if not (math.isfinite(value) and math.isfinite(doubt)):
+        if not (math.isfinite(value) and math.isfinite(float(curvature))):
             return False
-        if abs(projected - value) + doubt > QUICK_FRACTION * bound:
+        if abs(projected - value) + found.rounding > QUICK_FRACTION * bound:
             return False
-        if doubt > QUICK_FRACTION * UNRELIABLE * max(size, tol.atol):
+        # Curvature is O(h) where smooth, so it is held only to the conclusiveness bound, as a kink is.
+        if float(curvature) + found.rounding > QUICK_FRACTION * UNRELIABLE * max(size, tol.atol):
             return False
     return True
 
