@@ -8,6 +8,13 @@ wrong by a small relative error still fail in fast mode.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -17,6 +24,7 @@ from gradcheck.compare import tolerance
 from gradcheck.config import Settings
 from gradcheck.finite_differences import one_at_a_time
 from gradcheck.harness import Source
+from tests.helpers import REPO, by_name, copy_fixture
 
 #: Smooth elementwise functions and their derivatives.
 SMOOTH = {
@@ -114,3 +122,58 @@ def test_a_gradient_off_by_a_small_relative_error_still_fails_in_fast_mode(refer
     result = gradcheck.check(slightly_wrong, inputs={"x": (64,)}, dtype="float64", reference=reference)
     assert result.status == "failed"
     assert "numeric" in {problem.check for problem in result.problems}
+
+
+def _with_numeric_reference(tmp_path: Path, fixture: str) -> Path:
+    """A copy of the fixture with ``reference = "numeric"``, so the quick stage is in play for every function
+    (where native autodiff disagrees the quick stage is skipped: the default ``both`` would hide it)."""
+    folder = copy_fixture(fixture, tmp_path)
+    config = folder / "gradcheck.toml"
+    config.write_text('reference = "numeric"\n' + config.read_text(encoding="utf-8"), encoding="utf-8")
+    return folder
+
+
+def _rounded(value: Any) -> Any:
+    """Floats to 8 digits, inside dicts and lists: one layer's errors differ in the 11th from run to run."""
+    if isinstance(value, float):
+        return float(f"{value:.8g}")
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items() if key != "seconds"}
+    if isinstance(value, list):
+        return [_rounded(item) for item in value]
+    return value
+
+
+def _verdicts(results: dict[str, Any]) -> dict[str, Any]:
+    """Every result whole (status, problems, their numbers, hints), timings aside."""
+    return {name: _rounded(result) for name, result in results.items()}
+
+
+#: Started before gradcheck runs, in the command's process and in its worker (which inherit the
+#: environment): the careful stage alone, as fast mode was before the quick stage.
+CAREFUL_ONLY = """
+import gradcheck.checking.verdict as verdict
+
+verdict.quick_agreement = lambda *args: False
+"""
+
+
+def _run_json(folder: Path, sitecustomize: Path | None = None) -> dict[str, Any]:
+    """``gradcheck run folder --format json`` as its own process (so its worker is fresh too)."""
+    paths = [str(sitecustomize)] if sitecustomize is not None else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, str(REPO)])}
+    command = [sys.executable, "-m", "gradcheck", "run", folder.name, "--format", "json"]
+    done = subprocess.run(command, cwd=folder.parent, env=env, capture_output=True, text=True, check=False)
+    return by_name(json.loads(done.stdout))
+
+
+@pytest.mark.parametrize("fixture", ["core", "forms"])
+def test_the_failing_fixtures_fail_as_the_careful_stage_alone_makes_them(fixture: str, tmp_path: Path) -> None:
+    folder = _with_numeric_reference(tmp_path, fixture)
+    patch = tmp_path / "careful_only"
+    patch.mkdir()
+    (patch / "sitecustomize.py").write_text(CAREFUL_ONLY, encoding="utf-8")
+    quick = _verdicts(_run_json(folder))
+    careful = _verdicts(_run_json(folder, sitecustomize=patch))
+    assert quick == careful
+    assert sum(result["status"] == "failed" for result in careful.values()) >= 10
