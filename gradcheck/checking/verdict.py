@@ -285,7 +285,7 @@ def judge_full(
     return result, (None if strict.ok else False)
 
 
-#: The cheap stage accepts a projection only when its whole error budget fits in this fraction of the
+#: The quick stage accepts a projection only when its whole error budget fits in this fraction of the
 #: tolerance (and of the conclusiveness bound); the rest of the budget is what its argument spends.
 QUICK_FRACTION = 0.5
 
@@ -323,10 +323,10 @@ def quick_agreement(judging: Judging, judged: Judged, directions: list[np.ndarra
     may differ between stacks of different sizes. The curvature (a kink
     inside ``h`` makes it the jump in slope) and the rounding, held to half
     the careful stage's conclusiveness bound, keep kinks and noisy losses
-    for the careful stage, whose redraws and notes then stay as they are. What it cannot see is a kink, or a
-    non-finite loss, between ``h`` and ``2h``, where the careful stage
-    would call the projection inconclusive and redraw: there ``±h`` is
-    smooth and its estimate sound.
+    for the careful stage, whose redraws and notes then stay as they are.
+    What it cannot see is a kink, or a non-finite loss, between ``h`` and
+    ``2h``, where the careful stage would call the projection inconclusive
+    and redraw: there ``±h`` is smooth and its estimate sound.
     """
     source = judged.source
     found = central_differences(
@@ -338,7 +338,7 @@ def quick_agreement(judging: Judging, judged: Judged, directions: list[np.ndarra
         projected = float(np.sum(products))
         size = max(abs(projected), euclidean_norm(products))
         bound = tol.atol * euclidean_norm(direction) + tol.rtol * size
-        if not (math.isfinite(value) and math.isfinite(float(curvature))):
+        if not (math.isfinite(value) and math.isfinite(float(curvature)) and math.isfinite(found.rounding)):
             return False
         if abs(projected - value) + found.rounding > QUICK_FRACTION * bound:
             return False
