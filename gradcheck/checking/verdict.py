@@ -15,6 +15,7 @@ for the evidence there is.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,12 +30,14 @@ from gradcheck.compare import (
     Tolerance,
     compare_elementwise,
     compare_projection,
+    euclidean_norm,
     heat_map,
     tolerance,
 )
 from gradcheck.config import Settings
 from gradcheck.finite_differences import (
     BatchedLoss,
+    central_differences,
     default_step,
     directional_derivatives,
     finite_difference_gradient,
@@ -308,14 +311,16 @@ def judge_full(
     return result, (None if strict.ok else False)
 
 
-def projected_evidence(
-    judging: Judging, judged: Judged, native_gradient: np.ndarray | None, tol: Tolerance
-) -> NumericEvidence:
-    """``<gradient, u>`` against directional finite differences along ``judging.settings.projections`` random ``u``."""
-    source, name = judged.source, judged.source.name
-    seed = f"{judging.subject_name}:{name}:directions:{judged.order}"
+#: The quick stage accepts a projection only when its whole error budget fits in this fraction of the
+#: tolerance (and of the conclusiveness bound); the rest of the budget is what its argument spends.
+QUICK_FRACTION = 0.5
+
+
+def _directions(judging: Judging, judged: Judged) -> list[np.ndarray]:
+    """The random directions of one gradient's projections: the same stream whichever stage uses them."""
+    source = judged.source
+    seed = f"{judging.subject_name}:{source.name}:directions:{judged.order}"
     rng = subject_rng(judging.settings.seed, seed, judged.draw)
-    native_usable = native_gradient is not None and bool(np.all(np.isfinite(native_gradient)))
     scale = _scale(judged)
     directions = []
     for _ in range(judging.settings.projections):
@@ -323,6 +328,67 @@ def projected_evidence(
         if source.symmetric:
             direction = symmetrize(direction)
         directions.append(direction * scale)
+    return directions
+
+
+def quick_agreement(judging: Judging, judged: Judged, directions: list[np.ndarray], tol: Tolerance) -> bool:
+    """Whether central differences at ``±h`` alone show the gradient plainly right along every direction.
+
+    Fast mode's first stage: ``1 + 2k`` losses instead of the ``1 + 4k`` of
+    :func:`directional_derivatives`. It can only say "agrees"; anything else
+    goes to the careful stage, so every failing result is the careful one.
+
+    Why it lets through nothing the careful stage would catch: along the same
+    direction, at the same ``±h`` points, the careful estimate is
+    ``R = D + (D - F) / 3`` (``D``, ``F``: central differences at ``h``,
+    ``2h``) with error bound ``E >= |D - F|``, and it fails only when
+    ``|p - R| > B + E`` (``p = <gradient, u>``, ``B`` the tolerance). Here
+    ``|p - D| + rounding <= B' / 2`` with ``B' <= B`` (its scale leaves out
+    ``|R|``), so ``|p - R| <= |p - D| + |D - F| / 3 <= B / 2 + E / 3``: never
+    a failure. The rounding term also covers the last bits by which a loss
+    may differ between stacks of different sizes. The curvature (a kink
+    inside ``h`` makes it the jump in slope) and the rounding, held to half
+    the careful stage's conclusiveness bound, keep kinks and noisy losses
+    for the careful stage, whose redraws and notes then stay as they are.
+    What it cannot see is a kink, or a non-finite loss, between ``h`` and
+    ``2h``, where the careful stage would call the projection inconclusive
+    and redraw: there ``±h`` is smooth and its estimate sound.
+    """
+    source = judged.source
+    found = central_differences(
+        judged.losses, source.name, directions, _step(judging, source), judging.reference_dtype(source)
+    )
+    got = np.asarray(judged.got, dtype=np.float64)
+    for direction, value, curvature in zip(directions, found.values, found.curvature):
+        products = got * direction
+        projected = float(np.sum(products))
+        size = max(abs(projected), euclidean_norm(products))
+        bound = tol.atol * euclidean_norm(direction) + tol.rtol * size
+        if not (math.isfinite(value) and math.isfinite(float(curvature)) and math.isfinite(found.rounding)):
+            return False
+        if abs(projected - value) + found.rounding > QUICK_FRACTION * bound:
+            return False
+        # Curvature is O(h) where smooth, so it is held only to the conclusiveness bound, as a kink is.
+        if float(curvature) + found.rounding > QUICK_FRACTION * UNRELIABLE * max(size, tol.atol):
+            return False
+    return True
+
+
+def projected_evidence(
+    judging: Judging, judged: Judged, native_gradient: np.ndarray | None, tol: Tolerance, quick: bool = False
+) -> NumericEvidence:
+    """``<gradient, u>`` against directional finite differences along ``judging.settings.projections`` random ``u``.
+
+    With ``quick``, :func:`quick_agreement` looks first and, where it sees
+    plain agreement, that is the evidence (with no projections kept:
+    nothing reads them from agreeing evidence unless native autodiff
+    disagrees, and then ``quick`` is off).
+    """
+    source, name = judged.source, judged.source.name
+    native_usable = native_gradient is not None and bool(np.all(np.isfinite(native_gradient)))
+    directions = _directions(judging, judged)
+    if quick and quick_agreement(judging, judged, directions, tol):
+        return NumericEvidence(Evidence.AGREES)
     # Every direction in one stack of perturbed inputs, sharing its center: far fewer forward calls.
     estimates = directional_derivatives(
         judged.losses, name, directions, _step(judging, source), judging.reference_dtype(source)
@@ -360,7 +426,9 @@ def numeric_evidence(
         return NumericEvidence(Evidence.UNAVAILABLE), notes
     if full:
         return full_evidence(judging, judged, tol), notes
-    return projected_evidence(judging, judged, native.gradient, tol), notes
+    # Native disagreement is settled from the careful stage's projections: no quick look then.
+    quick = native.verdict is not Evidence.DISAGREES
+    return projected_evidence(judging, judged, native.gradient, tol, quick=quick), notes
 
 
 def settle_native_disagreement(
