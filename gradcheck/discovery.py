@@ -523,30 +523,19 @@ def _layer_subject(obj: Any, cls: type, place: Place | None) -> Subject | None:
         if nesting.Reachability(home).makes_custom_gradients(call, cls):
             return _reaching_layer(obj, cls, place, call)
         return None
-    if place is not None:
-        name, shown, line, module = place.name, display_path(place.path), _class_line(cls, place.path), place.module
-    else:
-        source = call.__code__.co_filename
-        name, shown, line, module = cls.__name__, display_path(Path(source)), 0, sys.modules.get(cls.__module__)
-    return Subject(
-        id=f"{shown}::{name}",
-        name=name,
-        kind="layer",
-        path=shown,
-        line=line,
-        obj=obj,
-        forward=None,
-        owner=cls,
-        binding="layer",
-        module=module,
-        patches=tuple(patches),
-        reaches=tuple(dict.fromkeys(n for _, n in patches)),
+    return _placed_layer(
+        obj, cls, place, call, patches=tuple(patches), reaches=tuple(dict.fromkeys(n for _, n in patches))
     )
 
 
 def _reaching_layer(obj: Any, cls: type, place: Place | None, call: Any, explicit: bool = False) -> Subject:
     """A layer whose ``call`` makes custom gradients as it runs (a custom-gradient method, or one
     nested in ``call``), or a layer named explicitly."""
+    return _placed_layer(obj, cls, place, call, reaching=True, explicit=explicit)
+
+
+def _placed_layer(obj: Any, cls: type, place: Place | None, call: Any, **how: Any) -> Subject:
+    """The subject of a layer, named where discovery found it (else by its class and ``call``'s file)."""
     if place is not None:
         name, shown, line, module = place.name, display_path(place.path), _class_line(cls, place.path), place.module
     else:
@@ -563,8 +552,7 @@ def _reaching_layer(obj: Any, cls: type, place: Place | None, call: Any, explici
         owner=cls,
         binding="layer",
         module=module,
-        reaching=True,
-        explicit=explicit,
+        **how,
     )
 
 
