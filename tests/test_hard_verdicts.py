@@ -40,6 +40,7 @@ VALUE_VERDICTS: dict[str, tuple[str, set[tuple[str, str | None]]]] = {
     "double_forgotten_factor": ("failed", {("native", "x"), ("numeric", "x")}),
     "exp_series_wrong": ("failed", {("native", "x"), ("numeric", "x")}),
     "scaled_by": ("failed", {("execution", None)}),
+    "power_order_left_out": ("failed", {("native", "v"), ("numeric", "v")}),
     "Float32DenseWrong": ("failed", {("native", "W"), ("numeric", "W")}),
     "matmul_half_w": ("failed", {("native", "W"), ("numeric", "W")}),
 }
@@ -169,6 +170,13 @@ def test_surrogate_gets_the_reference_none_hint(
 def test_factor_hint_kept_where_the_forward_pass_scales(reports: dict[str, Any]) -> None:
     hints = _hints(reports["fast"]["double_forgotten_factor"])
     assert hints and all("0.5 times the expected one" in hint for hint in hints)
+
+
+def test_gradient_left_out_gets_the_declare_it_hint(reports: dict[str, Any]) -> None:
+    for mode in ("fast", "full"):
+        hints = _hints(reports[mode]["power_order_left_out"])
+        assert hints and all("returned None for v" in hint and "constants = { v = ... }" in hint for hint in hints)
+        assert all("missing term" not in hint for hint in hints)
 
 
 def test_surrogate_passes_with_reference_none(ops: Any) -> None:

@@ -196,6 +196,7 @@ class Judged(Protocol):
 
     custom: np.ndarray | None
     expected: np.ndarray | None
+    returned_none: bool
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,8 @@ def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: R
         name = problem.input
         if problem.hint is None and problem.check in ("native", "numeric") and name in expected:
             hint = (surrogates.get(name) if problem.order == 1 else None) or swaps.get(name)  # type: ignore[arg-type]
+            if problem.order == 1 and verdicts[name].returned_none:  # type: ignore[index]
+                hint = none_hint(name)  # type: ignore[arg-type]
             if hint is None and problem.order == 1:
                 hint = conjugate_hint(rerun, name, customs[name], expected[name])  # type: ignore[index,arg-type]
             if hint is None:
@@ -241,6 +244,15 @@ def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: R
                 problem = replace(problem, hint=hint)
         hinted.append(problem)
     return hinted
+
+
+def none_hint(name: str) -> str:
+    """A gradient the backward function left out (None): on purpose or not, and how to declare it."""
+    return (
+        f"the backward function returned None for {name}: if {name} is left out on purpose, say so in the "
+        f'config (make it a constant: constants = {{ {name} = ... }}, or set reference = "none"); '
+        "if not, its gradient is missing"
+    )
 
 
 def upstream_hint(rerun: Rerun, name: str, got: np.ndarray) -> str | None:
