@@ -40,6 +40,10 @@ VALUE_VERDICTS: dict[str, tuple[str, set[tuple[str, str | None]]]] = {
     "double_forgotten_factor": ("failed", {("native", "x"), ("numeric", "x")}),
     "exp_series_wrong": ("failed", {("native", "x"), ("numeric", "x")}),
     "scaled_by": ("failed", {("execution", None)}),
+    "power_order_left_out": ("failed", {("native", "v"), ("numeric", "v")}),
+    "scale_gradient_by": ("failed", {("native", "t"), ("numeric", "t")}),
+    "approx_sign": ("failed", {("native", "x"), ("numeric", "x")}),
+    "scalar_square_surrogate": ("failed", {("native", "x"), ("numeric", "x")}),
     "Float32DenseWrong": ("failed", {("native", "W"), ("numeric", "W")}),
     "matmul_half_w": ("failed", {("native", "W"), ("numeric", "W")}),
 }
@@ -166,9 +170,37 @@ def test_surrogate_gets_the_reference_none_hint(
         assert all(misleading not in hint for hint in hints)
 
 
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("scale_gradient_by", "while the forward pass is the identity"),
+        ("approx_sign", "the reference gradient is zero but this one is not"),
+    ],
+)
+def test_surrogate_no_pass_through_gets_the_reference_none_hint(
+    reports: dict[str, Any], name: str, fragment: str
+) -> None:
+    for mode in ("fast", "full"):
+        hints = _hints(reports[mode][name])
+        assert hints and all(fragment in hint and 'reference = "none"' in hint for hint in hints)
+
+
+def test_no_factor_hint_for_one_number(reports: dict[str, Any]) -> None:
+    for mode in ("fast", "full"):
+        hints = _hints(reports[mode]["scalar_square_surrogate"])
+        assert hints and all("constant factor" not in hint for hint in hints)
+
+
 def test_factor_hint_kept_where_the_forward_pass_scales(reports: dict[str, Any]) -> None:
     hints = _hints(reports["fast"]["double_forgotten_factor"])
     assert hints and all("0.5 times the expected one" in hint for hint in hints)
+
+
+def test_gradient_left_out_gets_the_declare_it_hint(reports: dict[str, Any]) -> None:
+    for mode in ("fast", "full"):
+        hints = _hints(reports[mode]["power_order_left_out"])
+        assert hints and all("returned None for v" in hint and "constants = { v = ... }" in hint for hint in hints)
+        assert all("missing term" not in hint for hint in hints)
 
 
 def test_surrogate_passes_with_reference_none(ops: Any) -> None:

@@ -44,7 +44,8 @@ def value_hint(
         return None
     got_norm = float(np.linalg.norm(got.reshape(-1)))
     expected_norm = float(np.linalg.norm(expected.reshape(-1)))
-    if expected_norm == 0:
+    # A reference that is finite-difference noise beside this gradient (a step function's) is zero.
+    if expected_norm <= pattern_rtol * got_norm or expected_norm == 0:
         if got_norm > 0:
             return (
                 "the reference gradient is zero but this one is not: if a surrogate gradient "
@@ -59,7 +60,9 @@ def value_hint(
     if close(got, factor * expected, pattern_rtol):
         if abs(factor + 1) <= pattern_rtol:
             return "wrong sign: the gradient is the negative of the expected one"
-        return f"off by a constant factor: the gradient is {factor:.4g} times the expected one"
+        if got.size > 1:  # one number is always some factor times another: no evidence of a factor bug
+            return f"off by a constant factor: the gradient is {factor:.4g} times the expected one"
+        return None
     square = got.ndim >= 2 and got.shape[-1] == got.shape[-2]
     if square and close(got, np.swapaxes(expected, -1, -2), pattern_rtol):
         return "the gradient is the transpose of the expected one: a missing or extra transpose?"
@@ -182,6 +185,21 @@ def surrogate_hint(got: np.ndarray, expected: np.ndarray, upstream: np.ndarray |
     )
 
 
+def identity_forward_hint(got: np.ndarray, expected: np.ndarray, upstream: np.ndarray | None) -> str | None:
+    """The last reading of a gradient no other hint explains, where the forward pass is the identity.
+
+    The true gradient is then the upstream itself, so a backward function
+    that computes anything else (``dy * scale``, with ``scale`` another input)
+    is most likely a surrogate on purpose (sonnet's ``scale_gradient``).
+    """
+    if upstream is None or not np.any(upstream) or not close(np.asarray(expected, np.float64), upstream):
+        return None
+    return (
+        "the gradient is not the upstream gradient, while the forward pass is the identity: a surrogate "
+        '(gradient scaling or reversal, straight-through)? If intended, set reference = "none"'
+    )
+
+
 def upstream_of(rerun: Rerun, shape: tuple[int, ...]) -> np.ndarray | None:
     """The upstream gradient of the one output shaped like ``shape`` (None when not exactly one)."""
     matching = [u for u in rerun.upstreams if u.shape == tuple(shape)]
@@ -196,6 +214,7 @@ class Judged(Protocol):
 
     custom: np.ndarray | None
     expected: np.ndarray | None
+    returned_none: bool
 
 
 @dataclass(frozen=True)
@@ -227,6 +246,8 @@ def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: R
         name = problem.input
         if problem.hint is None and problem.check in ("native", "numeric") and name in expected:
             hint = (surrogates.get(name) if problem.order == 1 else None) or swaps.get(name)  # type: ignore[arg-type]
+            if problem.order == 1 and verdicts[name].returned_none:  # type: ignore[index]
+                hint = none_hint(name)  # type: ignore[arg-type]
             if hint is None and problem.order == 1:
                 hint = conjugate_hint(rerun, name, customs[name], expected[name])  # type: ignore[index,arg-type]
             if hint is None:
@@ -237,10 +258,21 @@ def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: R
                 hint = upstream_hint(rerun, name, customs[name])  # type: ignore[index,arg-type]
             if hint is None and problem.order == 1:
                 hint = transposed_operand_hint(rerun, name, expected[name])  # type: ignore[arg-type,index]
+            if hint is None and problem.order == 1:
+                hint = identity_forward_hint(customs[name], expected[name], upstream_of(rerun, customs[name].shape))  # type: ignore[index,arg-type]
             if hint is not None:
                 problem = replace(problem, hint=hint)
         hinted.append(problem)
     return hinted
+
+
+def none_hint(name: str) -> str:
+    """A gradient the backward function left out (None): on purpose or not, and how to declare it."""
+    return (
+        f"the backward function returned None for {name}: if {name} is left out on purpose, say so in the "
+        f'config (make it a constant: constants = {{ {name} = ... }}, or set reference = "none"); '
+        "if not, its gradient is missing"
+    )
 
 
 def upstream_hint(rerun: Rerun, name: str, got: np.ndarray) -> str | None:

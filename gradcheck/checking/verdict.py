@@ -222,6 +222,8 @@ class Verdict:
     custom: np.ndarray | None = None
     expected: np.ndarray | None = None
     """What the gradient should have been, where a reference says so (for hints)."""
+    returned_none: bool = False
+    """The backward function returned None for this input (not a zero tensor): for the hint."""
 
 
 # -- native evidence -------------------------------------------------------------
@@ -713,7 +715,10 @@ def judge_source(
     judged = Judged(source, draw, values, got, losses, custom.execution, order)
     if not np.all(np.isfinite(got)):
         return _non_finite(judged, notes)
-    return judge(judging, judged, native, notes)
+    verdict = judge(judging, judged, native, notes)
+    if order == 1 and (custom.grads or {}).get(source.name) is None:
+        verdict = replace(verdict, returned_none=True)
+    return verdict
 
 
 # -- every gradient --------------------------------------------------------------
