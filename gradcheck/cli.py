@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import sys
 import traceback
 from collections.abc import Callable
@@ -572,7 +573,9 @@ def init(targets: tuple[str, ...], output: Path, force: bool, verbose: int) -> i
     if not entries:
         click.echo("nothing to check: no custom-gradient functions found; no config written", err=True)
         return ExitCode.NO_TESTS
-    command = " ".join(["gradcheck init", *targets] + ([f"-o {output}"] if output != Path("gradcheck.toml") else []))
+    # Shell-quoted to rerun as written, and one line: it goes in a TOML comment that a newline would end.
+    written = ["gradcheck", "init", *targets] + (["-o", str(output)] if output != Path("gradcheck.toml") else [])
+    command = shown(shlex.join(written))
     write_atomically(output, starter.render_starter(entries, command))
     guessed = sum(1 for entry in entries if entry.failure is None and entry.inputs)
     todo = sum(1 for entry in entries if entry.failure is not None)

@@ -179,3 +179,14 @@ def test_init_writes_placeholders_with_the_real_argument_names(project: Path) ->
     assert "[layers.Dense]\n# TODO: Dense(...) needs constructor arguments" in text
     assert "# init = { out_dim = ... }" in text
     assert "# inputs = { A = [4, 5] }" in text
+
+
+def test_the_command_in_the_starter_comment_is_shell_quoted_and_one_line(project: Path) -> None:
+    folder = "odd dir\n[functions.injected]"
+    write(project / folder, "ops.py", MODULE)
+    result = invoke("init", f"{folder}/ops.py", "-o", "out.toml")
+    assert result.exit_code == 0, result.output
+    text = (project / "out.toml").read_text()
+    first = text.splitlines()[0]
+    assert first == "# Starter config written by `gradcheck init 'odd dir\\n[functions.injected]/ops.py' -o out.toml`."
+    assert tomllib.loads(text).get("functions", {}).get("injected") is None
