@@ -381,10 +381,7 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
     if place is not None:
         shown = display_path(place.path)
     else:
-        source = None
-        with contextlib.suppress(TypeError):
-            source = inspect.getsourcefile(inspect.unwrap(forward))
-        shown = display_path(Path(source)) if source else "<unknown>"
+        shown = _shown_source(forward)
     return Subject(
         id=f"{shown}::{name}",
         name=name,
@@ -408,10 +405,7 @@ def _reaching_callable(obj: Any) -> Subject | None:
         return None
     if not nesting.Reachability(function.__module__ or "").makes_custom_gradients(obj):
         return None
-    source = None
-    with contextlib.suppress(TypeError):
-        source = inspect.getsourcefile(inspect.unwrap(function))
-    shown = display_path(Path(source)) if source else "<unknown>"
+    shown = _shown_source(function)
     name = function.__qualname__
     return Subject(
         id=f"{shown}::{name}",
@@ -425,6 +419,14 @@ def _reaching_callable(obj: Any) -> Subject | None:
         reaching=True,
         explicit=True,
     )
+
+
+def _shown_source(function: Any) -> str:
+    """The file a function (behind its wrappers) is defined in, as reports show it."""
+    source = None
+    with contextlib.suppress(TypeError):
+        source = inspect.getsourcefile(inspect.unwrap(function))
+    return display_path(Path(source)) if source else "<unknown>"
 
 
 def why_not_subject(obj: Any) -> str:

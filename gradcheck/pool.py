@@ -29,13 +29,12 @@ import contextlib
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradcheck.results import VERSION, Result, RunReport
-from gradcheck.run import Abandoned, Plan
+from gradcheck.results import Result, RunReport
+from gradcheck.run import Abandoned, Plan, run_report
 
 #: How often (seconds) the calling thread wakes while it waits, so that Ctrl-C is heard at once.
 _WAKE_SECONDS = 0.1
@@ -207,16 +206,7 @@ def check_parallel(
         _stop_all(dispatcher, slots, stop_workers=not complete)
     if raised is not None:
         raise raised
-    return RunReport(
-        results=tuple(ordered.results),
-        seed=plan.seed,
-        seconds=time.perf_counter() - started,
-        interrupted=interrupted,
-        version=VERSION,
-        fail_on=plan.fail_on,
-        maxfail=maxfail,
-        not_checked=tuple(ids[len(ordered.results) :]),
-    )
+    return run_report(ids, ordered.results, plan, maxfail, started, interrupted)
 
 
 def _collect(

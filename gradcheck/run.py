@@ -71,6 +71,18 @@ def check_all(
                 on_result(result, index, len(ids))
     except KeyboardInterrupt:
         interrupted = True
+    return run_report(ids, results, plan, maxfail, started, interrupted)
+
+
+def run_report(
+    ids: Sequence[str],
+    results: Sequence[Result],
+    plan: Plan,
+    maxfail: int | None,
+    started: float,
+    interrupted: bool,
+) -> RunReport:
+    """The report of a run that checked ``results``, the first of ``ids`` in order; the rest were not checked."""
     return RunReport(
         results=tuple(results),
         seed=plan.seed,
