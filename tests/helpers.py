@@ -109,3 +109,38 @@ def load_copy(path: Path) -> Any:
 
 #: One function of each status: passed, failed, error (the backward function raises) and skipped.
 STATUSES = MIXED + PICKY.replace("    import tensorflow as tf\n", "", 1)
+
+
+#: One right and one wrong custom gradient, as plain module text (the pytest plugin's tests).
+GOOD_AND_BAD = """
+import tensorflow as tf
+
+
+@tf.custom_gradient
+def square(x):
+    def grad(dy):
+        return 2.0 * x * dy
+    return x * x, grad
+
+
+@tf.custom_gradient
+def cube(x):
+    def grad(dy):
+        return 2.0 * x * x * dy  # should be 3 x^2
+    return x * x * x, grad
+"""
+
+
+def wrong_factors(count: int) -> str:
+    """A module of ``count`` custom gradients ``bad0``, ``bad1``, …, each with the wrong factor (3 for 2)."""
+    return "import tensorflow as tf\n" + "".join(
+        f"""
+
+@tf.custom_gradient
+def bad{i}(x):
+    def grad(dy):
+        return 3.0 * x * dy
+    return x * x, grad
+"""
+        for i in range(count)
+    )

@@ -15,7 +15,7 @@ import pytest
 
 from gradcheck import pool
 from gradcheck.settings import BY_NAME, InvalidValue
-from tests.helpers import REPO, copy_fixture, invoke, write
+from tests.helpers import GOOD_AND_BAD, REPO, copy_fixture, invoke, write, wrong_factors
 
 
 def _without_timings(document: Any) -> Any:
@@ -72,23 +72,9 @@ def test_two_workers_give_the_report_of_one(project: Path, fixture: str) -> None
     assert varied and all(place.endswith("max_abs_error") or place.endswith("max_rel_error") for place in varied)
 
 
-#: Four functions, each with the wrong factor in its backward function.
-FOUR_BAD = "import tensorflow as tf\n" + "".join(
-    f"""
-
-@tf.custom_gradient
-def bad{i}(x):
-    def grad(dy):
-        return 3.0 * x * dy
-    return x * x, grad
-"""
-    for i in range(4)
-)
-
-
 @pytest.mark.parametrize("maxfail", ["1", "2"])
 def test_maxfail_stops_every_worker_where_one_worker_stops(project: Path, maxfail: str) -> None:
-    write(project, "ops.py", FOUR_BAD)
+    write(project, "ops.py", wrong_factors(4))
     _, one = _json("ops.py", "--maxfail", maxfail)
     code, two = _json("ops.py", "--maxfail", maxfail, "-j", "2")
     assert code == 1
@@ -141,7 +127,7 @@ def test_a_timeout_in_one_worker_is_that_function_error_and_the_others_pass(proj
 def test_auto_is_one_worker_per_usable_core(project: Path) -> None:
     assert pool.worker_count("auto") == len(os.sched_getaffinity(0))
     assert pool.worker_count(3) == 3
-    write(project, "ops.py", FOUR_BAD.replace("3.0 * x", "2.0 * x"))
+    write(project, "ops.py", wrong_factors(4).replace("3.0 * x", "2.0 * x"))
     code, document = _json("ops.py", "-j", "auto")
     assert code == 0 and json.loads(document)["summary"]["passed"] == 4
     write(project, "gradcheck.toml", 'jobs = "auto"\n')
@@ -160,7 +146,7 @@ def test_workers_share_the_cores_between_their_thread_pools() -> None:
 
 @pytest.mark.parametrize("value", ["0", "x", "-1", "1.5"])
 def test_a_bad_jobs_flag_is_one_line_naming_it(project: Path, value: str) -> None:
-    write(project, "ops.py", FOUR_BAD)
+    write(project, "ops.py", wrong_factors(4))
     result = invoke("run", "ops.py", "-j", value)
     assert result.exit_code == 2
     (line,) = result.stderr.strip().splitlines()
@@ -170,7 +156,7 @@ def test_a_bad_jobs_flag_is_one_line_naming_it(project: Path, value: str) -> Non
 
 @pytest.mark.parametrize("value", ["-1", "0", '"many"', "true", "2.0", '"2"'])
 def test_a_bad_jobs_key_is_one_line_naming_it(project: Path, value: str) -> None:
-    write(project, "ops.py", FOUR_BAD)
+    write(project, "ops.py", wrong_factors(4))
     write(project, "gradcheck.toml", f"jobs = {value}\n")
     result = invoke("run", "ops.py")
     assert result.exit_code == 2
@@ -238,23 +224,8 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
 
 # -- the pytest plugin under xdist ----------------------------------------------------------
 
-GOOD_AND_BAD = """
-import tensorflow as tf
-
-
-@tf.custom_gradient
-def square(x):
-    def grad(dy):
-        return 2.0 * x * dy
-    return x * x, grad
-
-
-@tf.custom_gradient
-def cube(x):
-    def grad(dy):
-        return 2.0 * x * x * dy  # should be 3 x^2
-    return x * x * x, grad
-
+#: A third, right custom gradient, so that two xdist workers both get work.
+DOUBLE = """
 
 @tf.custom_gradient
 def double(x):
@@ -266,7 +237,7 @@ def double(x):
 
 def test_the_pytest_plugin_under_xdist(tmp_path: Path) -> None:
     write(tmp_path, "gradcheck.toml", "")
-    write(tmp_path, "ops.py", GOOD_AND_BAD)
+    write(tmp_path, "ops.py", GOOD_AND_BAD + DOUBLE)
     environ = dict(os.environ, PYTHONPATH=str(REPO))
     command = [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "--gradcheck", "ops.py", "-rA"]
     completed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=environ, timeout=600)

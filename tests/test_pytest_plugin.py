@@ -7,29 +7,11 @@ import textwrap
 import pytest
 
 from gradcheck import _tf
-from tests.helpers import PICKY
+from tests.helpers import GOOD_AND_BAD, PICKY
 
 # Import TensorFlow before pytester snapshots sys.modules: pytester drops the modules an
 # inner run imported, and TensorFlow cannot be imported a second time in one process.
 _tf.tensorflow()
-
-GOOD_AND_BAD = """
-import tensorflow as tf
-
-
-@tf.custom_gradient
-def square(x):
-    def grad(dy):
-        return 2.0 * x * dy
-    return x * x, grad
-
-
-@tf.custom_gradient
-def cube(x):
-    def grad(dy):
-        return 2.0 * x * x * dy  # should be 3 x^2
-    return x * x * x, grad
-"""
 
 
 @pytest.fixture

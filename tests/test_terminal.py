@@ -12,7 +12,7 @@ from rich.console import Console
 
 from gradcheck import progress
 from gradcheck.results import Result
-from tests.helpers import MIXED, PICKY, invoke, run_json, write
+from tests.helpers import MIXED, PICKY, invoke, run_json, write, wrong_factors
 
 #: Colour escape codes (foreground or background), as opposed to bold or dim.
 _COLOUR = re.compile(r"\x1b\[[0-9;]*(3[0-8]|4[0-8]|9[0-7])[;m]")
@@ -141,22 +141,8 @@ def test_bad_fail_on_value(project: Path) -> None:
     assert "--fail-on" in result.stderr and "did you mean 'failed'" in result.stderr
 
 
-#: Three failing functions.
-THREE_BAD = "import tensorflow as tf\n" + "".join(
-    f"""
-
-@tf.custom_gradient
-def bad{i}(x):
-    def grad(dy):
-        return 3.0 * x * dy
-    return x * x, grad
-"""
-    for i in range(3)
-)
-
-
 def test_maxfail_stops_after_n_failures(project: Path) -> None:
-    write(project, "ops.py", THREE_BAD)
+    write(project, "ops.py", wrong_factors(3))
     result = invoke("run", "ops.py", "--maxfail", "1")
     assert result.exit_code == 1
     assert "ops.py::bad0" in result.stdout and "FAILED  ops.py::bad1" not in result.stdout
@@ -167,7 +153,7 @@ def test_maxfail_stops_after_n_failures(project: Path) -> None:
 
 
 def test_maxfail_not_reached_checks_everything(project: Path) -> None:
-    write(project, "ops.py", THREE_BAD)
+    write(project, "ops.py", wrong_factors(3))
     document = run_json("ops.py", "--maxfail", "3")
     assert len(document["results"]) == 3 and "not_checked" not in document
     write(project, "gradcheck.toml", "maxfail = 1\n")
@@ -176,7 +162,7 @@ def test_maxfail_not_reached_checks_everything(project: Path) -> None:
 
 @pytest.mark.parametrize("value", ["0", "-1", "many"])
 def test_bad_maxfail(project: Path, value: str) -> None:
-    write(project, "ops.py", THREE_BAD)
+    write(project, "ops.py", wrong_factors(3))
     assert invoke("run", "ops.py", "--maxfail", value).exit_code == 2
 
 
