@@ -90,19 +90,22 @@ def compare_elementwise(
     """Compare two gradients of the same shape; ``mask`` selects the elements to compare."""
     got = np.asarray(got, dtype=np.float64)
     expected = np.asarray(expected, dtype=np.float64)
-    if mask is None:
-        mask = np.ones(expected.shape, dtype=bool)
+    # Every element compared (the usual case) spares the masked copies: gradients can be millions of floats.
+    whole = mask is None or bool(mask.all())
     with np.errstate(invalid="ignore", over="ignore"):
-        difference = np.where(mask, np.abs(got - expected), 0.0)
-    magnitude = float(np.max(np.abs(np.where(mask, expected, 0.0)), initial=0.0))
-    bound = tol.atol + tol.rtol * np.abs(expected) + tol.rtol * NOISE_FLOOR * magnitude
+        difference = np.abs(got - expected)
+        if not whole:
+            difference = np.where(mask, difference, 0.0)
+    size = np.abs(expected)
+    magnitude = float(np.max(size if whole else np.where(mask, size, 0.0), initial=0.0))
+    bound = tol.atol + tol.rtol * size + tol.rtol * NOISE_FLOOR * magnitude
     if expected_error is not None:
         bound = bound + expected_error
-    bad = mask & ~(difference <= bound)
-    total = int(np.count_nonzero(mask))
+    bad = ~(difference <= bound) if whole else mask & ~(difference <= bound)
+    total = int(expected.size) if whole else int(np.count_nonzero(mask))
     if total == 0:
         return Comparison(True, 0.0, 0.0, None, 0, 0)
-    flat_worst = int(np.argmax(np.where(mask, difference, -1.0)))
+    flat_worst = int(np.argmax(difference if whole else np.where(mask, difference, -1.0)))
     worst = tuple(int(i) for i in np.unravel_index(flat_worst, expected.shape)) if expected.ndim else ()
     max_abs = float(difference.reshape(-1)[flat_worst]) if expected.ndim else float(difference)
     max_rel = max_abs / magnitude if magnitude > 0 else (0.0 if max_abs == 0 else None)

@@ -268,6 +268,35 @@ def central_differences(
     return CentralDifferences(np.where(bad, np.nan, values), np.where(bad, np.inf, curvature), rounding)
 
 
+def joint_central_differences(
+    loss: Loss, values: dict[str, Any], directions: Sequence[dict[str, np.ndarray]], step: float, dtype: str
+) -> CentralDifferences:
+    """Central differences at ``±h`` along directions through several inputs at once: ``1 + 2k`` losses.
+
+    Along each direction the inputs it names move together, each along its
+    own part, so the estimate is of ``sum_i <g_i, u_i>``: one number for the
+    whole gradient, where :func:`central_differences` gives one per
+    direction of one input.
+    """
+    center, scale = loss(values)
+    found = []
+    for direction in directions:
+        moved = []
+        for sign in (1.0, -1.0):
+            shifted = dict(values)
+            for name, part in direction.items():
+                shifted[name] = np.asarray(values[name], dtype=np.float64) + (sign * step) * part
+            moved.append(loss(shifted)[0])
+        found.append(moved)
+    plus, minus = np.array(found, dtype=np.float64).reshape(-1, 2).T
+    with np.errstate(invalid="ignore", over="ignore"):
+        estimates = (plus - minus) / (2 * step)
+        curvature = np.abs(plus - 2 * center + minus) / step
+    bad = ~(np.isfinite(estimates) & np.isfinite(curvature))
+    rounding = float(16.0 * EPSILON[dtype] * scale / step)
+    return CentralDifferences(np.where(bad, np.nan, estimates), np.where(bad, np.inf, curvature), rounding)
+
+
 def element_directions(shape: tuple[int, ...], symmetric: bool) -> list[tuple[tuple[int, ...], ...]]:
     """The element groups perturbed together in a full finite-difference gradient.
 

@@ -35,8 +35,6 @@ class ReturnedGradient:
     """Its dtype name, where it has one."""
     type_name: str
     """The Python type, for messages."""
-    value: np.ndarray | None = field(default=None, compare=False)
-    """Its value, when it was returned eagerly and is dense or densifiable."""
 
 
 @dataclass
@@ -135,20 +133,18 @@ def describe_gradient(value: Any, eager: bool) -> ReturnedGradient:
         else:
             static = tf.get_static_value(dense_shape) if dense_shape is not None else None
             shape = tuple(int(d) for d in static) if static is not None else None
-        dense = to_float64(tf.convert_to_tensor(value)) if eager else None
-        return ReturnedGradient("indexed_slices", shape, value.values.dtype.name, "IndexedSlices", dense)
+        return ReturnedGradient("indexed_slices", shape, value.values.dtype.name, "IndexedSlices")
     if isinstance(value, (tf.Tensor, tf.Variable)) or _tf.is_keras_variable(value):
         shape = tuple(value.shape.as_list()) if value.shape.rank is not None else None
         dtype = value.dtype if isinstance(value.dtype, str) else value.dtype.name
         kind = "variable" if not isinstance(value, tf.Tensor) else "tensor"
-        dense = to_float64(value) if eager and kind == "tensor" and hasattr(value, "numpy") else None
-        return ReturnedGradient(kind, shape, dtype, type_name, dense)
+        return ReturnedGradient(kind, shape, dtype, type_name)
     if isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
-        return ReturnedGradient("array", tuple(array.shape), array.dtype.name, type_name, array)
+        return ReturnedGradient("array", tuple(array.shape), array.dtype.name, type_name)
     if isinstance(value, (bool, int, float)):
         kind_dtype = "float" if isinstance(value, float) else type_name
-        return ReturnedGradient("python", (), kind_dtype, type_name, np.asarray(value))
+        return ReturnedGradient("python", (), kind_dtype, type_name)
     return ReturnedGradient("other", None, None, type_name)
 
 

@@ -19,6 +19,7 @@ from gradcheck.finite_differences import (
     directional_derivatives,
     element_directions,
     finite_difference_gradient,
+    joint_central_differences,
     one_at_a_time,
     richardson,
 )
@@ -301,3 +302,56 @@ def test_directional_derivatives_share_one_stack_and_its_center() -> None:
         alone = directional_derivative(loop, "x", direction, 1e-4, "float64")
         assert (estimate.value, estimate.error) == (alone.value, alone.error)
         assert estimate.value == pytest.approx(float(np.dot(np.cos(x), direction)), rel=1e-8)
+
+
+def _two_input_loss(values):  # type: ignore[no-untyped-def]
+    x, w = values["x"], values["w"]
+    products = np.sin(x) * w
+    return float(np.sum(products)), float(np.sum(np.abs(products)))
+
+
+def test_joint_central_differences_estimate_the_sum_of_the_projections() -> None:
+    rng = np.random.default_rng(3)
+    values = {"x": rng.standard_normal((4, 3)), "w": rng.standard_normal((4, 3))}
+    gradients = {"x": np.cos(values["x"]) * values["w"], "w": np.sin(values["x"])}
+    directions = [{n: rng.standard_normal((4, 3)) for n in values} for _ in range(2)]
+    found = joint_central_differences(_two_input_loss, values, directions, default_step("float64"), "float64")
+    for direction, estimate, curvature in zip(directions, found.values, found.curvature):
+        projected = sum(float(np.sum(gradients[n] * direction[n])) for n in values)
+        assert estimate == pytest.approx(projected, rel=1e-8)
+        assert curvature < 1e-4  # O(h) on a smooth loss
+    assert 0 < found.rounding < 1e-8
+
+
+def test_joint_central_differences_see_a_wrong_part_of_the_gradient() -> None:
+    rng = np.random.default_rng(4)
+    values = {"x": rng.standard_normal(5), "w": rng.standard_normal(5)}
+    direction = {n: rng.standard_normal(5) for n in values}
+    found = joint_central_differences(_two_input_loss, values, [direction], default_step("float64"), "float64")
+    wrong_w = 2.0 * np.sin(values["x"])  # the gradient of w off by a factor of two
+    projected = float(np.sum(np.cos(values["x"]) * values["w"] * direction["x"]) + np.sum(wrong_w * direction["w"]))
+    assert abs(found.values[0] - projected) > 1e-3
+
+
+def test_joint_central_differences_mark_a_non_finite_loss() -> None:
+    def loss(values):  # type: ignore[no-untyped-def]
+        with np.errstate(invalid="ignore"):
+            value = np.log(values["x"])
+        return float(np.sum(value)), float(np.sum(np.abs(value)))
+
+    found = joint_central_differences(
+        loss, {"x": np.array([1e-7, 1.0])}, [{"x": np.array([-1.0, 0.0])}], 1e-5, "float64"
+    )
+    assert np.isnan(found.values[0]) and np.isinf(found.curvature[0])
+
+
+def test_joint_central_differences_evaluate_the_center_once() -> None:
+    points = []
+
+    def loss(values):  # type: ignore[no-untyped-def]
+        points.append(values["x"].copy())
+        return float(np.sum(values["x"] ** 2)), 1.0
+
+    directions = [{"x": np.ones(3)}, {"x": np.arange(3.0)}]
+    joint_central_differences(loss, {"x": np.zeros(3)}, directions, 1e-3, "float64")
+    assert len(points) == 1 + 2 * len(directions)

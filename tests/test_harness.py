@@ -155,3 +155,49 @@ def test_a_function_that_mixes_the_rows_of_a_stack_is_not_stacked() -> None:
     assert harness.batching["x"][0] != "stack"
     expected = [harness.loss({"x": values["x"] + stack.row(i)}, upstreams)[0] for i in range(5)]
     assert np.allclose(totals, expected, rtol=1e-12, atol=0)
+
+
+def test_a_frozen_draw_is_converted_to_a_tensor_once() -> None:
+    @tf.custom_gradient
+    def f(x):
+        def grad(dy):
+            return 2.0 * dy * x
+
+        return x * x, grad
+
+    harness = Harness(FunctionTarget(f.__wrapped__), _plan(x=(3,)))
+    frozen = np.arange(3.0)
+    frozen.flags.writeable = False
+    assert harness.as_tensors({"x": frozen})["x"] is harness.as_tensors({"x": frozen})["x"]
+    # An array that can still change is converted each time: its contents may not be what they were.
+    writable = np.arange(3.0)
+    first = harness.as_tensors({"x": writable})["x"]
+    writable[0] = 7.0
+    assert float(harness.as_tensors({"x": writable})["x"][0]) == 7.0
+    assert float(first[0]) == 0.0
+
+
+def test_native_autodiff_leaves_the_center_of_the_finite_differences_behind() -> None:
+    calls = []
+
+    def forward(x):
+        calls.append(1)
+
+        def grad(dy):
+            return 2.0 * dy * x
+
+        return x * x, grad
+
+    harness = Harness(FunctionTarget(forward), _plan(x=(3,)))
+    values = {"x": np.arange(3.0)}
+    values["x"].flags.writeable = False
+    upstreams = [np.ones(3)]
+    harness.outputs(values)
+    calls.clear()
+    harness.native(values, upstreams)
+    assert harness.loss(values, upstreams) == (5.0, 5.0)
+    assert len(calls) == 1  # the loss reused native autodiff's forward pass
+    moved = {"x": np.array([1.0, 1.0, 1.0])}
+    moved["x"].flags.writeable = False
+    assert harness.loss(moved, upstreams) == (3.0, 3.0)
+    assert len(calls) == 2

@@ -37,13 +37,33 @@ def test_fast_mode_work_does_not_grow_with_size(counted: Any) -> None:
     assert large < 40
 
 
-def test_fast_mode_calls_the_forward_pass_seven_times_for_one_input(counted: Any) -> None:
-    # The first forward pass, the custom gradient eagerly and traced, native autodiff, the loss at the
-    # point itself and at the last perturbation one at a time (checking that stacking keeps rows apart),
-    # and one stack holding every direction's perturbations. Issue 12 item 1: was 12.
+def test_fast_mode_calls_the_forward_pass_six_times_for_one_input(counted: Any) -> None:
+    # The first forward pass, the custom gradient eagerly and traced, native autodiff (whose forward
+    # pass is the finite differences' center), and the loss a step either way along one direction.
+    # Issue 12 item 1: was 12.
     calls, result = _forward_calls(counted, "scaled_tanh", inputs={"x": (64, 64)})
     assert result.status == "passed"
-    assert calls == 7
+    assert calls == 6
+
+
+def test_fast_mode_forward_calls_do_not_grow_with_the_number_of_inputs(counted: Any) -> None:
+    # Where the custom gradient equals native autodiff, one direction through both inputs confirms it.
+    calls, result = _forward_calls(counted, "counted_matmul", inputs={"A": (32, 16), "W": (16, 8)})
+    assert result.status == "passed"
+    assert calls == 6
+
+
+def test_the_joint_look_does_not_pass_a_gradient_that_copies_wrong_native_autodiff(counted: Any) -> None:
+    result = gradcheck.check(counted.half_stopped_square, inputs={"x": (16, 16)})
+    assert result.status == "failed"
+    assert [(p.check, p.input) for p in result.problems] == [("numeric", "x")]
+
+
+def test_fast_mode_still_projects_each_input_where_native_autodiff_disagrees(counted: Any) -> None:
+    result = gradcheck.check(counted.scaled_tanh_wrong, inputs={"x": (8, 8)})
+    assert result.status == "failed"
+    numeric = next(p for p in result.problems if p.check == "numeric")
+    assert numeric.worst_index is not None  # localised element by element after the projections failed
 
 
 def test_full_mode_batches_finite_differences(counted: Any) -> None:

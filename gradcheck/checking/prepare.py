@@ -446,20 +446,28 @@ class Draws:
 
     def first(self, values: dict[str, Any]) -> None:
         """Record draw 0 (the values the first forward pass ran on)."""
-        self._made[0] = (values, self.upstreams(0))
+        self._made[0] = _frozen(values, self.upstreams(0))
 
     def __call__(self, index: int) -> tuple[dict[str, Any], list[np.ndarray]]:
         if index not in self._made:
             values = draw_values(self.plan, subject_rng(self.seed, self.name, index))
             first = self._made[0][0]
             values.update({name: first[name] for name, _ in self.harness.variables})
-            self._made[index] = (values, self.upstreams(index))
+            self._made[index] = _frozen(values, self.upstreams(index))
         return self._made[index]
 
     def upstreams(self, index: int) -> list[np.ndarray]:
         """The seeded upstream gradients of draw ``index``, one per output."""
         rng = subject_rng(self.seed, self.name + ":upstream", index)
         return [rng.standard_normal(size=spec.shape) for spec in self.harness.output_specs or []]
+
+
+def _frozen(values: dict[str, Any], upstreams: list[np.ndarray]) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """A draw whose arrays cannot change: the harness then converts each to a tensor only once."""
+    for array in [*values.values(), *upstreams]:
+        if isinstance(array, np.ndarray):
+            array.flags.writeable = False
+    return values, upstreams
 
 
 def redraw_layer_weights(values: dict[str, Any], layer: Any, harness: Harness, rng: np.random.Generator) -> None:

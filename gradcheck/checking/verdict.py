@@ -15,6 +15,7 @@ for the evidence there is.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,7 @@ from gradcheck.finite_differences import (
     default_step,
     directional_derivatives,
     finite_difference_gradient,
+    joint_central_differences,
     one_at_a_time,
 )
 from gradcheck.harness import Harness, Source
@@ -318,14 +320,15 @@ def judge_full(
 QUICK_FRACTION = 0.5
 
 
-def _directions(judging: Judging, judged: Judged) -> list[np.ndarray]:
-    """The random directions of one gradient's projections: the same stream whichever stage uses them."""
+def _directions(judging: Judging, judged: Judged, count: int | None = None) -> list[np.ndarray]:
+    """The random directions of one gradient's projections (the first ``count`` of them): the same stream
+    whichever stage uses them."""
     source = judged.source
     seed = f"{judging.subject_name}:{source.name}:directions:{judged.order}"
     rng = subject_rng(judging.settings.seed, seed, judged.draw)
     scale = _scale(judged)
     directions = []
-    for _ in range(judging.settings.projections):
+    for _ in range(judging.settings.projections if count is None else count):
         direction = rng.standard_normal(size=source.shape)
         if source.symmetric:
             direction = symmetrize(direction)
@@ -361,19 +364,27 @@ def quick_agreement(judging: Judging, judged: Judged, directions: list[np.ndarra
         judged.losses, source.name, directions, _step(judging, source), judging.reference_dtype(source)
     )
     got = np.asarray(judged.got, dtype=np.float64)
-    for direction, value, curvature in zip(directions, found.values, found.curvature):
-        products = got * direction
-        projected = float(np.sum(products))
-        size = max(abs(projected), euclidean_norm(products))
-        bound = tol.atol * euclidean_norm(direction) + tol.rtol * size
-        if not (math.isfinite(value) and math.isfinite(float(curvature)) and math.isfinite(found.rounding)):
-            return False
-        if abs(projected - value) + found.rounding > QUICK_FRACTION * bound:
-            return False
-        # Curvature is O(h) where smooth, so it is held only to the conclusiveness bound, as a kink is.
-        if float(curvature) + found.rounding > QUICK_FRACTION * UNRELIABLE * max(size, tol.atol):
-            return False
-    return True
+    return all(
+        _plainly_agrees(got, direction, float(value), float(curvature), found.rounding, tol)
+        for direction, value, curvature in zip(directions, found.values, found.curvature)
+    )
+
+
+def _plainly_agrees(
+    got: np.ndarray, direction: np.ndarray, value: float, curvature: float, rounding: float, tol: Tolerance
+) -> bool:
+    """Whether ``<got, direction>`` and a central difference ``value`` along it agree with room to spare
+    (the argument of :func:`quick_agreement`)."""
+    products = got * direction
+    projected = float(np.sum(products))
+    size = max(abs(projected), euclidean_norm(products))
+    bound = tol.atol * euclidean_norm(direction) + tol.rtol * size
+    if not (math.isfinite(value) and math.isfinite(curvature) and math.isfinite(rounding)):
+        return False
+    if abs(projected - value) + rounding > QUICK_FRACTION * bound:
+        return False
+    # Curvature is O(h) where smooth, so it is held only to the conclusiveness bound, as a kink is.
+    return curvature + rounding <= QUICK_FRACTION * UNRELIABLE * max(size, tol.atol)
 
 
 def projected_evidence(
@@ -411,7 +422,7 @@ def projected_evidence(
 
 
 def numeric_evidence(
-    judging: Judging, judged: Judged, native: NativeEvidence, tol: Tolerance
+    judging: Judging, judged: Judged, native: NativeEvidence, tol: Tolerance, confirmed: bool = False
 ) -> tuple[NumericEvidence, tuple[str, ...]]:
     """Finite differences, whole (full mode, Jacobian permitting) or projected; and a note where full mode fell back."""
     settings, source = judging.settings, judged.source
@@ -428,6 +439,8 @@ def numeric_evidence(
         return NumericEvidence(Evidence.UNAVAILABLE), notes
     if full:
         return full_evidence(judging, judged, tol), notes
+    if confirmed:
+        return NumericEvidence(Evidence.AGREES), notes
     # Native disagreement is settled from the careful stage's projections: no quick look then.
     quick = native.verdict is not Evidence.DISAGREES
     return projected_evidence(judging, judged, native.gradient, tol, quick=quick), notes
@@ -625,14 +638,16 @@ def custom_gradient(source: Source, custom: Outcome, order: int) -> tuple[np.nda
 
 
 def gather_evidence(
-    judging: Judging, judged: Judged, native_outcome: Outcome | None
+    judging: Judging, judged: Judged, native_outcome: Outcome | None, look: FirstLook | None = None
 ) -> tuple[NativeEvidence, NumericEvidence, list[str]]:
     """Native and numeric evidence about one gradient, refined in fast mode, with their notes in order."""
     source, settings = judged.source, judging.settings
     tol_native = tolerance(judging.tolerance_dtype(source), "native", settings.rtol, settings.atol)
     tol_numeric = tolerance(judging.tolerance_dtype(source), "numeric", settings.rtol, settings.atol)
-    native = native_evidence(judged, native_outcome, tol_native)
-    numeric, fallback = numeric_evidence(judging, judged, native, tol_numeric)
+    known = look.natives.get(source.name) if look is not None else None
+    native = known if known is not None else native_evidence(judged, native_outcome, tol_native)
+    confirmed = look is not None and look.agrees
+    numeric, fallback = numeric_evidence(judging, judged, native, tol_numeric, confirmed)
     notes = [*native.notes, *fallback, *numeric.notes]
     numeric = replace(numeric, notes=())
     refined: tuple[str, ...] = ()
@@ -646,9 +661,15 @@ def gather_evidence(
     return native, numeric, notes + list(refined)
 
 
-def judge(judging: Judging, judged: Judged, native_outcome: Outcome | None, notes: list[str]) -> Verdict:
+def judge(
+    judging: Judging,
+    judged: Judged,
+    native_outcome: Outcome | None,
+    notes: list[str],
+    look: FirstLook | None = None,
+) -> Verdict:
     """The verdict on one finite custom gradient at one draw: gather the evidence, then reconcile it."""
-    native, numeric, found = gather_evidence(judging, judged, native_outcome)
+    native, numeric, found = gather_evidence(judging, judged, native_outcome, look)
     return decide(judging, judged, native, numeric, notes + found, native_ran=native_outcome is not None)
 
 
@@ -709,19 +730,119 @@ def judge_source(
     native: Outcome | None,
     losses: BatchedLoss,
     order: int,
+    look: FirstLook | None = None,
 ) -> Verdict:
     """The verdict on one source's gradient at one draw (a non-finite custom gradient needs no reference)."""
     got, notes = custom_gradient(source, custom, order)
     judged = Judged(source, draw, values, got, losses, custom.execution, order)
     if not np.all(np.isfinite(got)):
         return _non_finite(judged, notes)
-    verdict = judge(judging, judged, native, notes)
+    verdict = judge(judging, judged, native, notes, look)
     if order == 1 and (custom.grads or {}).get(source.name) is None:
         verdict = replace(verdict, returned_none=True)
     return verdict
 
 
 # -- every gradient --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FirstLook:
+    """Fast mode's first look at every gradient of one draw at once (:func:`first_look`)."""
+
+    natives: dict[str, NativeEvidence]
+    """Native evidence of the sources it compared, for judging to reuse."""
+    agrees: bool
+    """Every gradient agrees with native autodiff element by element, and finite differences along one
+    direction through all inputs confirm them plainly."""
+
+
+def first_look(
+    judging: Judging,
+    sources: list[Source],
+    draw: int,
+    values: dict[str, Any],
+    custom: Outcome,
+    native: Outcome | None,
+    loss: Callable[[dict[str, Any]], tuple[float, float]],
+) -> FirstLook | None:
+    """Fast mode's cheapest sufficient evidence: native autodiff element-wise, and central differences.
+
+    Where the custom gradient equals native autodiff element by element,
+    finite differences only have to confirm that native autodiff is the
+    derivative of the forward pass (not cut by a stop_gradient, an integer
+    op or a registered surrogate). Random directions through every input
+    at once (one per three projections, see :func:`look_directions`) do
+    that in two forward passes each (the center is native autodiff's own
+    forward pass), where the per-input stage takes ``1 + 2k`` for every
+    input. Anything short of plain agreement (the test of
+    :func:`quick_agreement`) leaves every gradient to the per-input stages,
+    which then judge it as if this look had not been taken.
+    """
+    settings = judging.settings
+    if settings.mode != "fast" or settings.reference != "both" or native is None or not native.ok or not sources:
+        return None
+    dtypes = {(judging.reference_dtype(s), judging.tolerance_dtype(s), _step(judging, s)) for s in sources}
+    if len(dtypes) != 1:
+        return None
+    ((dtype, tolerance_dtype, step),) = dtypes
+    natives: dict[str, NativeEvidence] = {}
+    count = look_directions(settings.projections)
+    gots: list[np.ndarray] = []
+    directions: list[dict[str, np.ndarray]] = [{} for _ in range(count)]
+    for source in sources:
+        got, _ = custom_gradient(source, custom, 1)
+        if not np.all(np.isfinite(got)):
+            return FirstLook(natives, agrees=False)
+        judged = Judged(source, draw, values, got, _unused_losses, custom.execution, 1)
+        tol_native = tolerance(tolerance_dtype, "native", settings.rtol, settings.atol)
+        natives[source.name] = seen = native_evidence(judged, native, tol_native)
+        if seen.verdict is not Evidence.AGREES or seen.notes:
+            return FirstLook(natives, agrees=False)
+        gots.append(np.asarray(got, dtype=np.float64).ravel())
+        for direction, part in zip(directions, _look_directions(judging, judged, count)):
+            direction[source.name] = part
+    found = joint_central_differences(loss, values, directions, step, dtype)
+    tol = tolerance(tolerance_dtype, "numeric", settings.rtol, settings.atol)
+    whole = np.concatenate(gots)
+    agrees = all(
+        _plainly_agrees(whole, np.concatenate([p.ravel() for p in d.values()]), float(v), float(c), found.rounding, tol)
+        for d, v, c in zip(directions, found.values, found.curvature)
+    )
+    return FirstLook(natives, agrees)
+
+
+def look_directions(projections: int) -> int:
+    """The first look's joint directions: one for each three projections per input (rounded up), so that
+    asking for more projections asks the first look for more evidence too."""
+    return -(-projections // 3)
+
+
+def _look_directions(judging: Judging, judged: Judged, count: int) -> list[np.ndarray]:
+    """The first look's parts of its directions along ``judged.source``: uniform on ``[-sqrt 3, sqrt 3]``.
+
+    Any continuous distribution makes a cancelling projection a zero-probability
+    event; this one has the normal draws' variance and is several times
+    cheaper to draw for inputs of millions of elements. Its stream is its own,
+    so the per-input projections' directions are the same with or without it.
+    """
+    source = judged.source
+    seed = f"{judging.subject_name}:{source.name}:first look:{judged.order}"
+    rng = subject_rng(judging.settings.seed, seed, judged.draw)
+    scale = _scale(judged)
+    directions = []
+    for _ in range(count):
+        direction = rng.random(size=source.shape)
+        direction *= 2 * math.sqrt(3.0)
+        direction -= math.sqrt(3.0)
+        if source.symmetric:
+            direction = symmetrize(direction)
+        directions.append(direction * scale)
+    return directions
+
+
+def _unused_losses(name: str, perturbations: Any) -> Any:
+    raise AssertionError("the first look evaluates its own losses")
 
 
 def complex_notes(output_labels: list[str]) -> list[str]:
@@ -780,9 +901,11 @@ def value_checks(
                     "finite differences decide"
                 )
         losses = reference_harness.losses(values, upstreams)
+        loss = functools.partial(reference_harness.loss, upstreams=upstreams)
+        look = first_look(judging, pending, index, values, custom, native, loss)
         still = []
         for source in pending:
-            verdicts[source.name] = judge_source(judging, source, index, values, custom, native, losses, 1)
+            verdicts[source.name] = judge_source(judging, source, index, values, custom, native, losses, 1, look)
             if not verdicts[source.name].final:
                 still.append(source)
         redrawn.update(s.name for s in still)
