@@ -245,7 +245,7 @@ class Harness:
         total = 0.0
         scale = 0.0
         for upstream, output in zip(upstreams, outputs):
-            products = upstream * output
+            products = np.multiply(upstream, output)
             total += float(np.sum(products))
             scale += float(np.sum(np.abs(products)))
         return total, scale

@@ -250,7 +250,7 @@ TABLE: tuple[Setting, ...] = (
         "projections",
         Number(True, 1, "must be a positive integer"),
         3,
-        "Random directions per input in fast mode.",
+        "Random directions per input in fast mode (the first look takes one joint direction per three).",
         per_function=True,
         metavar="N",
         keyword=True,

@@ -479,11 +479,11 @@ def compare_executions(
     for source in sources:
         a = first.grads.get(source.name) if first.grads else None
         b = second.grads.get(source.name) if second.grads else None
-        if a is None or b is None or a.shape != b.shape:
+        if a is None or b is None or a.shape != b.shape or np.array_equal(a, b):  # equal: NaN never is
             continue
-        finite = np.isfinite(a) & np.isfinite(b)
-        result = compare_elementwise(a, b, tolerance(source.dtype, "native", rtol, atol), mask=finite)
-        if not result.ok or not np.array_equal(np.isfinite(a), np.isfinite(b)):
+        finite_a, finite_b = np.isfinite(a), np.isfinite(b)
+        result = compare_elementwise(a, b, tolerance(source.dtype, "native", rtol, atol), mask=finite_a & finite_b)
+        if not result.ok or not np.array_equal(finite_a, finite_b):
             problems.append(
                 Problem(
                     "execution",

@@ -31,7 +31,6 @@ from gradcheck.compare import (
     Tolerance,
     compare_elementwise,
     compare_projection,
-    euclidean_norm,
     heat_map,
     tolerance,
 )
@@ -371,14 +370,26 @@ def quick_agreement(judging: Judging, judged: Judged, directions: list[np.ndarra
 
 
 def _plainly_agrees(
-    got: np.ndarray, direction: np.ndarray, value: float, curvature: float, rounding: float, tol: Tolerance
+    got: np.ndarray | list[np.ndarray],
+    direction: np.ndarray | list[np.ndarray],
+    value: float,
+    curvature: float,
+    rounding: float,
+    tol: Tolerance,
 ) -> bool:
     """Whether ``<got, direction>`` and a central difference ``value`` along it agree with room to spare
-    (the argument of :func:`quick_agreement`)."""
-    products = got * direction
-    projected = float(np.sum(products))
-    size = max(abs(projected), euclidean_norm(products))
-    bound = tol.atol * euclidean_norm(direction) + tol.rtol * size
+    (the argument of :func:`quick_agreement`). A direction through several inputs comes as a list of
+    parts, one per input, with the gradients in the same order."""
+    gots = got if isinstance(got, list) else [got]
+    parts = direction if isinstance(direction, list) else [direction]
+    projected, products_squared, direction_squared = 0.0, 0.0, 0.0
+    for one_got, part in zip(gots, parts):
+        products = np.multiply(one_got, part)
+        projected += float(np.sum(products))
+        products_squared += float(np.sum(np.square(products)))
+        direction_squared += float(np.sum(np.square(part)))
+    size = max(abs(projected), math.sqrt(products_squared))
+    bound = tol.atol * math.sqrt(direction_squared) + tol.rtol * size
     if not (math.isfinite(value) and math.isfinite(curvature) and math.isfinite(rounding)):
         return False
     if abs(projected - value) + rounding > QUICK_FRACTION * bound:
@@ -799,14 +810,13 @@ def first_look(
         natives[source.name] = seen = native_evidence(judged, native, tol_native)
         if seen.verdict is not Evidence.AGREES or seen.notes:
             return FirstLook(natives, agrees=False)
-        gots.append(np.asarray(got, dtype=np.float64).ravel())
+        gots.append(np.asarray(got, dtype=np.float64))
         for direction, part in zip(directions, _look_directions(judging, judged, count)):
             direction[source.name] = part
     found = joint_central_differences(loss, values, directions, step, dtype)
     tol = tolerance(tolerance_dtype, "numeric", settings.rtol, settings.atol)
-    whole = np.concatenate(gots)
     agrees = all(
-        _plainly_agrees(whole, np.concatenate([p.ravel() for p in d.values()]), float(v), float(c), found.rounding, tol)
+        _plainly_agrees(gots, list(d.values()), float(v), float(c), found.rounding, tol)
         for d, v, c in zip(directions, found.values, found.curvature)
     )
     return FirstLook(natives, agrees)
