@@ -79,6 +79,8 @@ class InputConfig:
     """Lower bound of a uniform or integer draw."""
     high: float | None = None
     """Upper bound (exclusive) of a uniform or integer draw."""
+    distribution_given: bool = False
+    """The config chose the draw (``distribution``, ``low`` or ``high``): it is never redrawn for a domain."""
     items: tuple[InputConfig, ...] = ()
     """For a list argument: one input per tensor of the list, in order."""
 
@@ -232,6 +234,7 @@ def parse_input(label: str, key: str, raw: Any, dims: Mapping[str, int]) -> Inpu
         distribution=distribution,
         low=float(low) if low is not None else None,
         high=float(high) if high is not None else None,
+        distribution_given="distribution" in raw or low is not None or high is not None,
     )
 
 

@@ -43,6 +43,8 @@ class TensorSpec:
     """Upper bound (exclusive) of uniform/integer draws."""
     pinned_dtype: bool = False
     """True when the config (or an input signature) fixed this input's dtype."""
+    domain_chosen: bool = False
+    """True when the config chose the draw (distribution, low or high): a domain retry leaves it as it is."""
 
     @property
     def differentiable(self) -> bool:
@@ -175,6 +177,37 @@ class CallPlan:
             ),
         )
 
+    def narrowed(self) -> Narrowed | None:
+        """The next narrower draw of the float inputs whose draw nobody chose, after a domain problem.
+
+        As probing narrows after NaN or a domain error: normal draws become
+        positive ones, positive ones the interval (0.1, 0.9). Inputs whose
+        config sets ``distribution``, ``low`` or ``high`` keep their draws.
+        None where nothing is left to narrow.
+        """
+        leaves = [leaf for leaf in self.leaves if _redrawable(leaf)]
+        kinds = {leaf.spec.distribution for leaf in leaves if leaf.spec is not None}
+        if "normal" in kinds:
+            step, spec_change = "positive", {"distribution": "positive"}
+            chosen = "normal"
+        elif "positive" in kinds:
+            step, spec_change = "unit", {"distribution": "uniform", "low": 0.1, "high": 0.9}
+            chosen = "positive"
+        else:
+            return None
+        names: list[str] = []
+
+        def narrow(argument: Argument) -> Argument:
+            if argument.role == "list":
+                return replace(argument, items=tuple(narrow(item) for item in argument.items))
+            if not _redrawable(argument) or argument.spec is None or argument.spec.distribution != chosen:
+                return argument
+            names.append(argument.name)
+            return replace(argument, spec=replace(argument.spec, **spec_change))  # type: ignore[arg-type]
+
+        plan = replace(self, arguments=tuple(narrow(a) for a in self.arguments))
+        return Narrowed(plan, step, tuple(names))
+
     def with_dtype(self, dtype: str) -> CallPlan:
         """The same plan with every float input whose dtype the config did not fix in ``dtype``."""
 
@@ -211,6 +244,36 @@ class CallPlan:
         args = [_argument_value(a, lookup) for a in self.arguments if not a.keyword]
         kwargs = {a.name: _argument_value(a, lookup) for a in self.arguments if a.keyword}
         return args, kwargs
+
+
+@dataclass(frozen=True)
+class Narrowed:
+    """A plan redrawn after a domain problem: which draw it now uses, and for which inputs."""
+
+    plan: CallPlan
+    step: str
+    """``positive`` (in [0.5, 2)) or ``unit`` (in [0.1, 0.9))."""
+    names: tuple[str, ...]
+    """The inputs drawn anew."""
+
+    @property
+    def described(self) -> str:
+        """The new draw in words, for notes."""
+        return "drawn positive" if self.step == "positive" else "drawn in [0.1, 0.9)"
+
+
+def _redrawable(argument: Argument) -> bool:
+    """A float input drawn normal or positive by default (not by the config's choice): a domain retry may narrow it."""
+    spec = argument.spec
+    return (
+        argument.role == "input"
+        and spec is not None
+        and spec.differentiable
+        and not spec.domain_chosen
+        and spec.distribution in ("normal", "positive")
+        and spec.low is None
+        and spec.high is None
+    )
 
 
 def _argument_value(argument: Argument, lookup: Callable[[Argument], Any]) -> Any:
@@ -266,6 +329,10 @@ def tensor_spec(config: InputConfig, dims: Mapping[str, int], dtype: str, label:
         low=config.low,
         high=config.high,
         pinned_dtype=config.dtype is not None,
+        domain_chosen=config.distribution_given
+        or config.distribution != "normal"
+        or config.low is not None
+        or config.high is not None,
     )
 
 

@@ -113,3 +113,13 @@ def test_swish_needs_no_config() -> None:
     result = run_json("tensorflow.python.ops.nn_impl::swish")["results"][0]
     assert result["status"] == "passed", result["problems"]
     assert result["name"] == "swish" and result["custom_gradients"][0]["function"] == "swish_impl"
+
+
+@pytest.mark.skipif(not HAS_TFP, reason="tensorflow_probability is not installed")
+def test_lambertw_needs_no_config_and_is_drawn_positive(project: Path) -> None:
+    # Normal draws fall below Lambert W's branch point -1/e, where the forward pass is NaN or
+    # meaningless and native autodiff NaN too: the check is redrawn positive, and says so.
+    result = run_json("tensorflow_probability.python.math.special::lambertw")["results"][0]
+    assert result["status"] == "passed", result["problems"]
+    note = next(n for n in result["notes"] if "drawn positive" in n)
+    assert note.startswith("z drawn positive: with normal draws the gradient of z was NaN or Inf")

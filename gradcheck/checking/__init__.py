@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +74,10 @@ class _Findings:
     plan: CallPlan | None = None
     harness: Harness | None = None
     reference_harness: Harness | None = None
+    domain: list[str] = field(default_factory=list)
+    """Why the failure may be the draws' fault (see :attr:`verdict.Verdict.domain`)."""
+    redrawn_because: tuple[str, ...] = ()
+    """The domain problems of the earlier tries: each narrows the guessed draws one step."""
 
     def note(self, *notes: str) -> None:
         """Add each note not given yet (several gradients can give the same note)."""
@@ -108,7 +112,33 @@ def _path(request: CheckRequest) -> str | None:
 
 
 def _run(request: CheckRequest, findings: _Findings) -> str:
-    """Check the subject; return its status. Variables are restored whatever happens.
+    """Check the subject, again with narrower draws where the draws, not the gradient, look at fault.
+
+    Inputs drawn by default (guessed, or configured by shape alone) may
+    leave the function's domain: a NaN gradient where native autodiff is
+    NaN too, or finite differences inconclusive at every draw because the
+    forward output does not vary smoothly there. The check is then rerun
+    with positive draws, then draws in [0.1, 0.9), as probing narrows; the
+    first conclusive try is the result, with a note saying so. Otherwise
+    the first try is reported as it was.
+    """
+    status = _checked(request, findings)
+    tried = findings
+    while status == "failed" and tried.domain and tried.plan is not None and tried.plan.narrowed() is not None:
+        trial = _Findings(dtype=request.settings.dtype, redrawn_because=(*tried.redrawn_because, tried.domain[0]))
+        trial_status = _checked(request, trial)
+        if trial_status in ("passed", "failed") and not trial.domain:
+            for name in (f.name for f in fields(_Findings)):
+                setattr(findings, name, getattr(trial, name))
+            return trial_status
+        if trial_status != "failed" or trial.plan is None:
+            break
+        tried = trial
+    return status
+
+
+def _checked(request: CheckRequest, findings: _Findings) -> str:
+    """Check the subject once; return its status. Variables are restored whatever happens.
 
     A straight loop over attempts: float64 first (unless the dtype is set),
     float32 where the code is written for it, and once more with constants
@@ -142,6 +172,8 @@ def _attempt(request: CheckRequest, findings: _Findings, keywords: frozenset[str
     outputs = prepared.outputs if prepared.outputs is not None else prepared.harness.outputs(values)
     if any(not np.all(np.isfinite(o)) for o in outputs):
         findings.problems.append(_non_finite_forward())
+        if findings.redrawn_because:  # draws gradcheck narrowed itself: narrower ones may still fit
+            findings.domain.append("the forward output was NaN or Inf")
         return "failed"
     outcomes = {e: prepared.harness.custom(values, upstreams, e) for e in request.settings.executions}
     retry = keyword_convention(prepared.plan, request.subject.kind, outcomes, keywords)
@@ -196,6 +228,8 @@ def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str
             return "skipped"
         findings.notes.append(probed.note)  # type: ignore[arg-type]
         plan = probed.plan
+    if findings.redrawn_because:
+        plan = _narrowed(plan, findings)
     findings.plan = plan
     harness = findings.harness = Harness(built.target, plan, built.name_variable)
     try:
@@ -222,6 +256,25 @@ def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str
         return "skipped"
     findings.note(*verdict.complex_notes(harness.output_labels))
     return _Prepared(built, plan, harness, draws, None if redrawn else outputs)
+
+
+def _narrowed(plan: CallPlan, findings: _Findings) -> CallPlan:
+    """The plan with its default draws narrowed once per earlier try, and a note saying why."""
+    reasons = []
+    narrowed = None
+    for reason in findings.redrawn_because:
+        narrowed = plan.narrowed()
+        if narrowed is None:
+            break
+        before = "normal draws" if narrowed.step == "positive" else "positive draws"
+        reasons.append(f"with {before} {reason}")
+        plan = narrowed.plan
+    if narrowed is not None:
+        findings.note(
+            f"{', '.join(narrowed.names)} {narrowed.described}: {'; '.join(reasons)}. The draws most likely left "
+            "the function's domain; set distribution, low and high in the config to choose them"
+        )
+    return plan
 
 
 def _float32(request: CheckRequest, findings: _Findings, error: BaseException) -> str | _Retry:
@@ -353,6 +406,7 @@ def _record(judgement: verdict.Judgement, rerun: diagnose.Rerun, findings: _Find
         findings.problems.extend(judgement.problems)
     findings.notes.extend(verdict.redraw_notes(judgement, failed=bool(findings.problems)))
     findings.note(*judgement.verdict_notes)
+    findings.domain.extend(judgement.domain)
 
 
 def _fed_dtype(findings: _Findings) -> str:

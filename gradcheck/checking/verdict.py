@@ -46,7 +46,7 @@ from gradcheck.finite_differences import (
 )
 from gradcheck.harness import Harness, Source
 from gradcheck.inputs import subject_rng, symmetrize
-from gradcheck.instrument import Outcome
+from gradcheck.instrument import Outcome, raised_by_gradcheck
 from gradcheck.results import Problem
 
 #: Input draws at most: the first, plus redraws where only finite differences disagree.
@@ -209,6 +209,8 @@ class NumericEvidence:
     projections: tuple[ProjectionComparison, ...] = ()
     native_projections: Evidence = Evidence.UNAVAILABLE
     """Native autodiff's gradient along the same directions (for "native is not differentiable here")."""
+    error: np.ndarray | None = None
+    """The whole gradient's error bound, element-wise."""
     notes: tuple[str, ...] = ()
 
 
@@ -225,6 +227,9 @@ class Verdict:
     """What the gradient should have been, where a reference says so (for hints)."""
     returned_none: bool = False
     """The backward function returned None for this input (not a zero tensor): for the hint."""
+    domain: str | None = None
+    """Why the draw, not the gradient, may be at fault (NaN where native autodiff is NaN too, finite
+    differences inconclusive at every draw): the check may be retried with narrower draws."""
 
 
 # -- native evidence -------------------------------------------------------------
@@ -295,7 +300,7 @@ def full_evidence(judging: Judging, judged: Judged, tol: Tolerance) -> NumericEv
             f"the function cannot be batched ({why})",
         )
     comparison, ok = judge_full(got, gradient, error, tol)
-    return NumericEvidence(evidence(ok), gradient, comparison, notes=notes)
+    return NumericEvidence(evidence(ok), gradient, comparison, error=error, notes=notes)
 
 
 def judge_full(
@@ -614,7 +619,7 @@ _KINK_HINT = (
 )
 
 
-def _non_finite(judged: Judged, notes: list[str]) -> Verdict:
+def _non_finite(judged: Judged, notes: list[str], native: Outcome | None) -> Verdict:
     got = judged.got
     bad = np.argwhere(~np.isfinite(got))
     index = tuple(int(i) for i in bad[0]) if got.ndim else ()
@@ -627,7 +632,27 @@ def _non_finite(judged: Judged, notes: list[str]) -> Verdict:
         hint="a division by zero, log of zero, or an overflowing exp in the backward function?",
         order=judged.order,
     )
-    return Verdict(final=True, problems=[problem], notes=notes)
+    domain = None
+    if _native_non_finite_too(judged, native):
+        domain = (
+            f"the {judged.what} was NaN or Inf at {len(bad)} of {got.size} elements, where native autodiff "
+            "is NaN or Inf too"
+        )
+    return Verdict(final=True, problems=[problem], notes=notes, domain=domain)
+
+
+def _native_non_finite_too(judged: Judged, native: Outcome | None) -> bool:
+    """Native autodiff is NaN or Inf wherever the custom gradient is: the draw left the function's domain.
+
+    A backward function that is NaN where native autodiff is finite has a
+    bug of its own (a division by zero), whatever the draw.
+    """
+    if native is None or not native.ok or native.grads is None:
+        return False
+    gradient = native.grads.get(judged.source.name)
+    if gradient is None or np.shape(gradient) != np.shape(judged.got):
+        return False
+    return bool(np.all(~np.isfinite(gradient)[~np.isfinite(judged.got)]))
 
 
 # -- one gradient ----------------------------------------------------------------
@@ -684,6 +709,22 @@ def judge(
     return decide(judging, judged, native, numeric, notes + found, native_ran=native_outcome is not None)
 
 
+def _unreliable_where_native_differs(native: NativeEvidence, numeric: NumericEvidence, got: np.ndarray) -> bool:
+    """Finite differences "agree" with the custom gradient only within an error bound too wide to judge by.
+
+    Where native autodiff differs most, a finite difference whose error
+    bound dwarfs the values compared cannot say which gradient is right.
+    """
+    if numeric.verdict is not Evidence.AGREES or numeric.gradient is None or numeric.error is None:
+        return False
+    index = native.comparison.worst_index if native.comparison is not None else None
+    if index is None:
+        return False
+    size = np.maximum(np.abs(numeric.gradient), np.abs(got))
+    magnitude = float(np.max(size, initial=0.0))
+    return bool(numeric.error[index] > UNRELIABLE * (size[index] + NOISE_FLOOR * magnitude))
+
+
 def decide(
     judging: Judging,
     judged: Judged,
@@ -714,6 +755,21 @@ def decide(
             "near the inputs); native autodiff agrees with the custom gradient"
         )
         return Verdict(final=True, problems=problems, notes=notes)
+    domain = None
+    if (
+        judged.draw + 1 >= MAX_DRAWS
+        and numeric.verdict is Evidence.INCONCLUSIVE
+        and decision is not (Reconciled.NATIVE_VOUCHES)
+    ):
+        domain = (
+            f"finite differences of the {judged.what} were inconclusive at every draw (the forward output "
+            "does not vary smoothly there)"
+        )
+    elif native.verdict is Evidence.DISAGREES and _unreliable_where_native_differs(native, numeric, judged.got):
+        domain = (
+            f"native autodiff differed from the {judged.what} where finite differences were unreliable "
+            "(the forward output does not vary smoothly there)"
+        )
     if decision is Reconciled.UNRELIABLE:
         problems.append(_unreliable_problem(judged))
     if decision is Reconciled.KINK:
@@ -729,7 +785,7 @@ def decide(
                 order=judged.order,
             )
         )
-    return Verdict(final=True, problems=problems, notes=notes, custom=judged.got, expected=expected)
+    return Verdict(final=True, problems=problems, notes=notes, custom=judged.got, expected=expected, domain=domain)
 
 
 def judge_source(
@@ -747,7 +803,7 @@ def judge_source(
     got, notes = custom_gradient(source, custom, order)
     judged = Judged(source, draw, values, got, losses, custom.execution, order)
     if not np.all(np.isfinite(got)):
-        return _non_finite(judged, notes)
+        return _non_finite(judged, notes, native)
     verdict = judge(judging, judged, native, notes, look)
     if order == 1 and (custom.grads or {}).get(source.name) is None:
         verdict = replace(verdict, returned_none=True)
@@ -855,6 +911,23 @@ def _unused_losses(name: str, perturbations: Any) -> Any:
     raise AssertionError("the first look evaluates its own losses")
 
 
+def _forward_non_finite_too(verdict: Verdict, harness: Harness, values: dict[str, Any]) -> Verdict:
+    """A NaN gradient with no native autodiff to look at: the draw's fault where the forward output is NaN too."""
+    finite = next((p for p in verdict.problems if p.check == "finite"), None)
+    if finite is None:
+        return verdict
+    try:
+        outputs = harness.outputs(values)
+    except Exception as error:  # a forward pass that raises here says nothing about the domain
+        if raised_by_gradcheck(error):
+            raise
+        return verdict
+    if all(np.all(np.isfinite(o)) for o in outputs):
+        return verdict
+    what = finite.message.split(" has NaN")[0].removeprefix("the ")
+    return replace(verdict, domain=f"the {what} was NaN or Inf where the forward output is NaN or Inf too")
+
+
 def complex_notes(output_labels: list[str]) -> list[str]:
     """How complex outputs were checked (the convention, stated once per result)."""
     complex_outputs = [label[: -len(".real")] for label in output_labels if label.endswith(".real")]
@@ -879,6 +952,8 @@ class Judgement:
     """The verdicts' notes, in source order (the same note may come from several)."""
     redrawn: tuple[str, ...] = ()
     """Sources whose finite differences disagreed at the first draw only, and which have no problem."""
+    domain: tuple[str, ...] = ()
+    """Why the failures may be the draws' fault rather than the gradients' (see :attr:`Verdict.domain`)."""
 
 
 def value_checks(
@@ -916,6 +991,8 @@ def value_checks(
         still = []
         for source in pending:
             verdicts[source.name] = judge_source(judging, source, index, values, custom, native, losses, 1, look)
+            if verdicts[source.name].domain is None and (native is None or not native.ok):
+                verdicts[source.name] = _forward_non_finite_too(verdicts[source.name], harness, values)
             if not verdicts[source.name].final:
                 still.append(source)
         redrawn.update(s.name for s in still)
@@ -923,7 +1000,8 @@ def value_checks(
     ordered = [verdicts[s.name] for s in harness.sources if s.name in verdicts]
     problems = [p for v in ordered for p in v.problems]
     settled = tuple(s.name for s in harness.sources if s.name in redrawn and not verdicts[s.name].problems)
-    return Judgement(verdicts, problems, notes, [n for v in ordered for n in v.notes], settled)
+    domain = tuple(v.domain for v in ordered if v.domain is not None and v.problems)
+    return Judgement(verdicts, problems, notes, [n for v in ordered for n in v.notes], settled, domain)
 
 
 def redraw_notes(judgement: Judgement, failed: bool) -> list[str]:
