@@ -247,7 +247,7 @@ def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: R
         if problem.hint is None and problem.check in ("native", "numeric") and name in expected:
             hint = (surrogates.get(name) if problem.order == 1 else None) or swaps.get(name)  # type: ignore[arg-type]
             if problem.order == 1 and verdicts[name].returned_none:  # type: ignore[index]
-                hint = none_hint(name)  # type: ignore[arg-type]
+                hint = none_hint(argument_name(rerun.plan, name))  # type: ignore[arg-type]
             if hint is None and problem.order == 1:
                 hint = conjugate_hint(rerun, name, customs[name], expected[name])  # type: ignore[index,arg-type]
             if hint is None:
@@ -273,6 +273,14 @@ def none_hint(name: str) -> str:
         f'config (make it a constant: constants = {{ {name} = ... }}, or set reference = "none"); '
         "if not, its gradient is missing"
     )
+
+
+def argument_name(plan: CallPlan, name: str) -> str:
+    """The argument a gradient belongs to: a complex input for its ``.real`` and ``.imag`` parts (one gradient)."""
+    for argument in plan.arguments:
+        if argument.role == "complex" and any(part.name == name for part in argument.items):
+            return argument.name
+    return name
 
 
 def upstream_hint(rerun: Rerun, name: str, got: np.ndarray) -> str | None:
