@@ -87,6 +87,12 @@ class Harness:
         #: How many times the forward ran for finite differences and probing.
         self.forward_evaluations = 0
 
+    def forget_traces(self) -> None:
+        """Drop the ``tf.function`` legs traced so far: the target is called differently from now on."""
+        self._graph_vjp = None
+        self._graph_native = None
+        self._graph_records = []
+
     # -- sources and values ----------------------------------------------------
 
     @property
