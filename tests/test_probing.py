@@ -105,6 +105,9 @@ def test_learns_complex_one_parameter_at_a_time_and_positive_after_a_domain_erro
         "Value for attr 'Tcomplex' of double is not in the list of allowed values: complex64", _PAIR
     )
     assert [g.kinds for g in complex_] == [("complex", "float"), ("float", "complex"), ("complex", "complex")]
+    # tf.signal.irfft's own check names the dtype as tf.complex64.
+    irfft = learn_from_error("IRFFT requires tf.complex64 or tf.complex128 inputs, got: tf.Tensor()", _PAIR)
+    assert [g.kinds for g in irfft] == [g.kinds for g in complex_]
     domain = learn_from_error("Condition x > 0 did not hold element-wise", _PAIR)
     assert domain == [_PAIR.with_positive()]
 
