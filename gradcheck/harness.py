@@ -94,6 +94,14 @@ class Harness:
         # first asked for as float64 arrays).
         self._forward_memo: tuple[list[Any], list[Any]] | None = None
 
+    def forget_traces(self) -> None:
+        """Drop the ``tf.function`` legs traced so far and the remembered forward pass: the target is called
+        differently from now on."""
+        self._graph_vjp = None
+        self._graph_native = None
+        self._graph_records = []
+        self._forward_memo = None  # its outputs came from the target called the old way
+
     # -- sources and values ----------------------------------------------------
 
     @property

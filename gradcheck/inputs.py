@@ -21,7 +21,7 @@ from gradcheck.errors import ConfigError
 
 FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
 INTEGER_DTYPES = ("int32", "int64")
-#: Drawn when the code asks for them; not differentiated until complex gradients are compared.
+#: Drawn when the config or probing asks for them; differentiated as their real and imaginary parts.
 COMPLEX_DTYPES = ("complex128", "complex64")
 #: A complex input is drawn and perturbed as two real tensors of this dtype: its real and imaginary parts.
 COMPLEX_PARTS = {"complex128": "float64", "complex64": "float32"}
@@ -157,11 +157,10 @@ class CallPlan:
         filled = []
         for argument in self.arguments:
             if argument.name in specs and argument.spec is None and argument.role == "input":
-                spec = specs[argument.name]
-                # A guessed complex input stays undifferentiated (role integer): its gradient is
-                # compared once the config declares it (dtype = "complex128"), as `gradcheck init` writes.
-                role = "input" if spec.differentiable else "integer"
-                argument = replace(argument, spec=spec, role=role, guessed=True)
+                # A guessed complex input is checked as a configured one is: as its two real parts.
+                drawn = tensor_argument(argument.name, specs[argument.name], argument.keyword)
+                items = tuple(replace(item, guessed=True) for item in drawn.items)
+                argument = replace(argument, spec=drawn.spec, role=drawn.role, items=items, guessed=True)
             filled.append(argument)
         return replace(self, arguments=tuple(filled), unknown=())
 

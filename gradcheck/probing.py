@@ -66,7 +66,7 @@ _INCOMPATIBLE_PAIR = re.compile(r"incompatible shapes:?\s*\[([\d,\s]*)\]\s*vs\.?
 _SQUARE = re.compile(r"square matrices, after TensorFlow's error", re.IGNORECASE)
 _COMPLEX = re.compile(
     r"of (double|float|half)\b.*not in the list of allowed values: complex|expected to be a complex|"
-    r"must be (a )?complex|requires? (a )?complex",
+    r"must be (a )?complex|requires? (a |tf\.)?complex",
     re.IGNORECASE | re.DOTALL,
 )
 _DOMAIN = re.compile(

@@ -37,7 +37,7 @@ from gradcheck.discovery import (
     select,
 )
 from gradcheck.errors import ConfigError, TargetError, UsageError
-from gradcheck.inputs import CallPlan
+from gradcheck.inputs import Argument, CallPlan
 from gradcheck.results import DEFAULT_FAIL_ON, Result, RunReport
 from gradcheck.run import check_all
 from gradcheck.settings import BY_NAME, DEFAULT_TIMEOUT, FUNCTION, RUN_SETTINGS, TABLE, resolve
@@ -417,7 +417,7 @@ def _listed_inputs(request: CheckRequest, plan: CallPlan) -> list[str]:
         guess = guess_shapes(request)
         plan, failure = (guess.plan, None) if guess.plan is not None else (plan, guess.failure)
     lines = []
-    for argument in plan.leaves:
+    for argument in (leaf for top in plan.arguments for leaf in _listed(top)):
         if argument.spec is not None:
             shape = argument.spec.shape
             text = "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
@@ -430,6 +430,13 @@ def _listed_inputs(request: CheckRequest, plan: CallPlan) -> list[str]:
         else:
             lines.append(f"{argument.name}: not configured; {failure or 'no guessed shapes worked'}")
     return lines
+
+
+def _listed(argument: Argument) -> tuple[Argument, ...]:
+    """The arguments a listing shows: list arguments' items, and a complex input whole (as the config writes it)."""
+    if argument.role == "list":
+        return tuple(leaf for item in argument.items for leaf in _listed(item))
+    return (argument,)
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ import pytest
 import gradcheck
 from gradcheck import probing
 from gradcheck.probing import Attempt, Guess, Search, hints_for, learn_from_error
-from tests.helpers import FIXTURES, by_name, invoke, load_copy, run_json, write
+from tests.helpers import FIXTURES, blamed, by_name, invoke, load_copy, run_json, write
 
 SIGNATURES = FIXTURES / "probing" / "signatures.py"
+SPECTRA = FIXTURES / "probing" / "spectra.py"
 
 
 # -- what the code says (no TensorFlow) ----------------------------------------
@@ -104,6 +105,9 @@ def test_learns_complex_one_parameter_at_a_time_and_positive_after_a_domain_erro
         "Value for attr 'Tcomplex' of double is not in the list of allowed values: complex64", _PAIR
     )
     assert [g.kinds for g in complex_] == [("complex", "float"), ("float", "complex"), ("complex", "complex")]
+    # tf.signal.irfft's own check names the dtype as tf.complex64.
+    irfft = learn_from_error("IRFFT requires tf.complex64 or tf.complex128 inputs, got: tf.Tensor()", _PAIR)
+    assert [g.kinds for g in irfft] == [g.kinds for g in complex_]
     domain = learn_from_error("Condition x > 0 did not hold element-wise", _PAIR)
     assert domain == [_PAIR.with_positive()]
 
@@ -152,7 +156,11 @@ def _shapes(result: dict[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
         ("log_det", {"matrix": ((4, 4), "float64")}),
         ("sqrt_sum", {"x": ((3, 4), "float64")}),
         ("pinned_float32", {"x": ((3, 4), "float32")}),
-        ("spectrum_energy", {"signal": ((3, 4), "complex128"), "gain": ((3, 4), "float64")}),
+        # A guessed complex input is checked as its real and imaginary parts (see the guessed complex tests).
+        (
+            "spectrum_energy",
+            {"signal.real": ((3, 4), "float64"), "signal.imag": ((3, 4), "float64"), "gain": ((3, 4), "float64")},
+        ),
     ],
 )
 def test_probing_finds_working_inputs(signatures_report: dict[str, Any], name: str, expected: dict) -> None:
@@ -234,3 +242,119 @@ def test_the_api_probes_as_the_command_line_does(signatures_report: dict[str, An
         assert result.status == "passed", result
         shapes = {i.name: (tuple(i.shape), i.dtype) for i in result.inputs}
         assert shapes == _shapes(signatures_report[name])
+
+
+# -- guessed complex inputs, compared under TensorFlow's conjugate convention ----
+
+_COMPLEX_PARTS = {("native", "signal.real"), ("numeric", "signal.real"), ("native", "signal.imag")}
+#: name -> the (check, input) pairs blamed in fast and full mode, with no config at all
+COMPLEX_VERDICTS: dict[str, set[tuple[str, str | None]]] = {
+    "spectrum": set(),
+    "spectrum_unconjugated": _COMPLEX_PARTS | {("numeric", "signal.imag")},
+    "spectral_energy": set(),
+    "spectral_energy_conjugated": {("native", "signal.imag"), ("numeric", "signal.imag")},
+    "spectral_energy_summed": {("shape", "signal")},
+}
+#: What --shape-only still sees: the gradient's shape, not its values.
+COMPLEX_SHAPE_ONLY = {"spectral_energy_summed": {("shape", "signal")}}
+
+
+@pytest.fixture(scope="module")
+def spectra_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict[str, Any]]]:
+    folder = tmp_path_factory.mktemp("spectra")
+    (folder / "gradcheck.toml").write_text("", encoding="utf-8")
+    shutil.copy(SPECTRA, folder / "spectra.py")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        return {
+            mode: by_name(run_json("spectra.py", *flags))
+            for mode, flags in {"fast": (), "full": ("--mode", "full"), "shape-only": ("--shape-only",)}.items()
+        }
+
+
+@pytest.mark.parametrize("mode", ["fast", "full", "shape-only"])
+def test_a_guessed_complex_input_is_checked_with_no_config(spectra_reports: dict[str, Any], mode: str) -> None:
+    expected = (
+        COMPLEX_VERDICTS if mode != "shape-only" else {n: COMPLEX_SHAPE_ONLY.get(n, set()) for n in COMPLEX_VERDICTS}
+    )
+    got = {name: blamed(result) for name, result in spectra_reports[mode].items()}
+    assert got == expected
+    for name, result in spectra_reports[mode].items():
+        assert result["status"] == ("failed" if expected[name] else "passed"), result["problems"]
+        assert result["inputs"] == [
+            {"name": "signal.real", "shape": [3, 4], "dtype": "float64", "guessed": True},
+            {"name": "signal.imag", "shape": [3, 4], "dtype": "float64", "guessed": True},
+        ]
+        assert any("signal=(3, 4) complex (a complex dtype" in note for note in result["notes"])
+
+
+@pytest.mark.parametrize("name", ["spectrum_unconjugated", "spectral_energy_conjugated"])
+def test_a_guessed_complex_input_gets_the_conjugate_hint(spectra_reports: dict[str, Any], name: str) -> None:
+    hints = [p["hint"] or "" for p in spectra_reports["fast"][name]["problems"]]
+    assert hints and all("tf.math.conj" in hint for hint in hints)
+
+
+@pytest.mark.parametrize("shape_only", [False, True])
+def test_the_api_checks_a_guessed_complex_input_as_the_command_line_does(
+    spectra_reports: dict[str, Any], shape_only: bool
+) -> None:
+    module = load_copy(SPECTRA)
+    report = spectra_reports["shape-only" if shape_only else "fast"]
+    for name in COMPLEX_VERDICTS:
+        result = gradcheck.check(getattr(module, name), shape_only=shape_only)
+        assert result.status == report[name]["status"], result
+        assert {(p.check, p.input) for p in result.problems} == blamed(report[name])
+        assert [(i.name, i.dtype, i.guessed) for i in result.inputs] == [
+            ("signal.real", "float64", True),
+            ("signal.imag", "float64", True),
+        ]
+
+
+def test_the_api_checks_a_guessed_complex64_input_in_float32() -> None:
+    module = load_copy(SPECTRA)
+    assert gradcheck.check(module.spectrum, dtype="float32").status == "passed"
+    wrong = gradcheck.check(module.spectral_energy_conjugated, dtype="float32")
+    assert {(p.check, p.input) for p in wrong.problems} == COMPLEX_VERDICTS["spectral_energy_conjugated"]
+    assert {i.dtype for i in wrong.inputs} == {"float32"}
+
+
+def test_list_and_init_show_a_guessed_complex_input_whole(project: Path) -> None:
+    shutil.copy(SPECTRA, project / "spectra.py")
+    listed = invoke("list", "spectra.py::spectral_energy_conjugated")
+    assert listed.exit_code == 0, listed.output
+    assert "signal: (3, 4) complex128 guessed" in listed.output
+    assert "signal.real" not in listed.output
+    (project / "gradcheck.toml").unlink()
+    assert invoke("init", "spectra.py").exit_code == 0
+    text = (project / "gradcheck.toml").read_text()
+    assert text.count('inputs = { signal = { shape = [3, 4], dtype = "complex128" } }  # guessed') == 5
+    configured = by_name(run_json("spectra.py"))
+    assert {name: blamed(result) for name, result in configured.items()} == COMPLEX_VERDICTS
+    assert not any("guessed shapes" in n for r in configured.values() for n in r.get("notes", []))
+    assert "signal: (3, 4) complex128" in invoke("list", "spectra.py::spectrum").output
+
+
+def test_a_complex_input_left_out_gets_the_none_hint_for_the_argument(project: Path) -> None:
+    write(
+        project,
+        "left_out.py",
+        """
+        import tensorflow as tf
+
+
+        @tf.custom_gradient
+        def spectrum_power(signal):
+            power = tf.reduce_sum(tf.abs(tf.signal.fft(signal)) ** 2)
+
+            def grad(dy):
+                return None
+
+            return power, grad
+        """,
+    )
+    result = run_json("left_out.py")["results"][0]
+    assert blamed(result) == {(c, p) for c in ("native", "numeric") for p in ("signal.real", "signal.imag")}
+    hints = {p["hint"] for p in result["problems"]}
+    assert len(hints) == 1
+    (hint,) = hints
+    assert "returned None for signal:" in hint and "constants = { signal = ... }" in hint

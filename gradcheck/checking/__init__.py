@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,7 @@ from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, subject_rng
 from gradcheck.instrument import Outcome, raised_by_gradcheck
 from gradcheck.results import Problem, Result
-from gradcheck.targets import WrapperTarget
+from gradcheck.targets import ReachingTarget, WrapperTarget
 
 __all__ = ["CheckRequest", "ShapeGuess", "check_subject", "guess_shapes", "input_records"]
 
@@ -78,6 +79,8 @@ class _Findings:
     """Why the failure may be the draws' fault (see :attr:`verdict.Verdict.domain`)."""
     redrawn_because: tuple[str, ...] = ()
     """The domain problems of the earlier tries: each narrows the guessed draws one step."""
+    numeric_only: bool = False
+    """The subject reaches no custom gradient: TensorFlow's own gradient is checked against finite differences."""
 
     def note(self, *notes: str) -> None:
         """Add each note not given yet (several gradients can give the same note)."""
@@ -188,6 +191,8 @@ def _attempt(request: CheckRequest, findings: _Findings, keywords: frozenset[str
         request, status = _reached(request, outcomes, findings)
         if status is not None:
             return status
+        if findings.numeric_only:
+            outcomes = _as_written(prepared, values, upstreams, request.settings.executions)
     findings.backward_line = findings.backward_line or _backward_line(outcomes)
     audited = _audit(request, prepared, outcomes, findings)
     if any(p.check == "exception" for p in findings.problems):
@@ -208,9 +213,27 @@ def _reached(
     findings.inner = reaching.inner_functions(seen.records)
     if seen.note:
         findings.note(seen.note)
+    findings.numeric_only = seen.numeric_only
     if seen.numeric_only and request.settings.reference in ("both", "native"):
         request = replace(request, settings=replace(request.settings, reference="numeric"))
     return request, None
+
+
+def _as_written(
+    prepared: _Prepared, values: dict[str, Any], upstreams: list[np.ndarray], executions: tuple[str, ...]
+) -> dict[str, Outcome]:
+    """TensorFlow's gradient of a subject that reaches no custom gradient, its code run as written.
+
+    The first run made every ``tf.function`` plain Python to see the custom
+    gradients it reaches; TensorFlow's tape then ignores a
+    ``gradient_override_map`` inside one, so a registered gradient would go
+    unchecked (and the default one be checked in its place).
+    """
+    target = prepared.built.target
+    if isinstance(target, ReachingTarget):
+        target.as_written = True
+    prepared.harness.forget_traces()
+    return {e: prepared.harness.custom(values, upstreams, e) for e in executions}
 
 
 def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str]) -> _Prepared | str | _Retry:
@@ -373,7 +396,15 @@ def _compare_values(
     if note:
         findings.notes.append(note)
     judging = _judging(request, prepared, wide)
-    rerun = diagnose.Rerun(prepared.harness, wide, prepared.plan, values, upstreams)
+    rerun = diagnose.Rerun(
+        prepared.harness,
+        wide,
+        prepared.plan,
+        values,
+        upstreams,
+        subject_name=request.subject.name,
+        numeric_only_table=table_key(request) if findings.numeric_only else None,
+    )
     describe = lambda error: describe_exception(error, _path(request))  # noqa: E731
     judgement = verdict.value_checks(judging, prepared.harness, wide, prepared.draws, working[0], skip, describe)
     if len(working) == 2:  # the tf.function gradient is the eager one except where `differing` says

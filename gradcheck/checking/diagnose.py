@@ -226,6 +226,11 @@ class Rerun:
     plan: CallPlan
     values: dict[str, Any]
     upstreams: list[np.ndarray]
+    subject_name: str = ""
+    """The function or layer checked, for hints that name it."""
+    numeric_only_table: str | None = None
+    """Set where the subject reaches no custom gradient (TensorFlow's own gradient was checked against
+    finite differences): its config table, ``[functions.NAME]``, for the hint that shows the line to add."""
 
 
 def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: Rerun) -> list[Problem]:
@@ -244,10 +249,13 @@ def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: R
     hinted = []
     for problem in problems:
         name = problem.input
+        if rerun.numeric_only_table is not None:
+            hinted.append(_numeric_only_hinted(problem, rerun.subject_name, rerun.numeric_only_table))
+            continue
         if problem.hint is None and problem.check in ("native", "numeric") and name in expected:
             hint = (surrogates.get(name) if problem.order == 1 else None) or swaps.get(name)  # type: ignore[arg-type]
             if problem.order == 1 and verdicts[name].returned_none:  # type: ignore[index]
-                hint = none_hint(name)  # type: ignore[arg-type]
+                hint = none_hint(argument_name(rerun.plan, name))  # type: ignore[arg-type]
             if hint is None and problem.order == 1:
                 hint = conjugate_hint(rerun, name, customs[name], expected[name])  # type: ignore[index,arg-type]
             if hint is None:
@@ -266,6 +274,46 @@ def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: R
     return hinted
 
 
+#: Finite differences could not judge a gradient at any draw, and nothing else could.
+UNRELIABLE_HINT = 'check with reference = "native", or draw inputs away from the kink'
+
+
+def _numeric_only_hinted(problem: Problem, subject: str, table: str) -> Problem:
+    """The hint for a subject that reaches no custom gradient: its gradient is TensorFlow's own.
+
+    The hints for custom gradients (a swap, a sign, a missing dy in the
+    backward function, or ``reference = "native"``) do not apply: there is
+    no backward function of the user's, and native autodiff is the gradient
+    being judged.
+    """
+    if problem.check != "numeric" or problem.order != 1:
+        return problem
+    if problem.hint == UNRELIABLE_HINT:
+        return replace(problem, hint=unreliable_numeric_only_hint(subject, table))
+    if problem.hint is None:
+        return replace(problem, hint=registered_gradient_hint(subject, table))
+    return problem
+
+
+def registered_gradient_hint(subject: str, table: str) -> str:
+    """TensorFlow's own gradient differs from finite differences: a registered surrogate, on purpose or not."""
+    return (
+        f"{subject} reaches no tf.custom_gradient: this is TensorFlow's own gradient (the gradients registered "
+        "for the ops it runs, tf.RegisterGradient and gradient_override_map included) differing from finite "
+        "differences. Quantization and rounding ops (FakeQuant, straight-through estimators) register surrogate "
+        f'gradients on purpose; if that is intended, set reference = "none": {table} reference = "none"'
+    )
+
+
+def unreliable_numeric_only_hint(subject: str, table: str) -> str:
+    """Finite differences could not judge TensorFlow's own gradient, and there is no other reference."""
+    return (
+        f"{subject} reaches no tf.custom_gradient, so finite differences are its only reference: draw inputs "
+        "away from the kink (low, high), or if TensorFlow's gradient is a surrogate on purpose (a rounding or "
+        f'quantization op\'s straight-through gradient), set reference = "none": {table} reference = "none"'
+    )
+
+
 def none_hint(name: str) -> str:
     """A gradient the backward function left out (None): on purpose or not, and how to declare it."""
     return (
@@ -273,6 +321,14 @@ def none_hint(name: str) -> str:
         f'config (make it a constant: constants = {{ {name} = ... }}, or set reference = "none"); '
         "if not, its gradient is missing"
     )
+
+
+def argument_name(plan: CallPlan, name: str) -> str:
+    """The argument a gradient belongs to: a complex input for its ``.real`` and ``.imag`` parts (one gradient)."""
+    for argument in plan.arguments:
+        if argument.role == "complex" and any(part.name == name for part in argument.items):
+            return argument.name
+    return name
 
 
 def upstream_hint(rerun: Rerun, name: str, got: np.ndarray) -> str | None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from gradcheck.checking.diagnose import UNRELIABLE_HINT
 from gradcheck.compare import (
     NOISE_FLOOR,
     UNRELIABLE,
@@ -608,7 +609,7 @@ def _unreliable_problem(judged: Judged) -> Problem:
         f"finite differences were unreliable for the {judged.what} at every draw (a kink or jump "
         "within the step) and no other reference was usable",
         execution=judged.execution,
-        hint='check with reference = "native", or draw inputs away from the kink',
+        hint=UNRELIABLE_HINT,
         order=judged.order,
     )
 

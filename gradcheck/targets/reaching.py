@@ -58,9 +58,15 @@ class ReachingTarget:
         self.name = name
         #: Names of the custom-gradient forward functions the last custom run reached.
         self.reached: list[str] = []
+        #: Call it as written, its ``tf.function``s run as functions: set once it is known to reach no
+        #: custom gradient. Its gradient is then TensorFlow's as the code has it: a ``gradient_override_map``
+        #: inside a ``tf.function`` applies only when the function runs as one (TensorFlow's tape ignores it).
+        self.as_written = False
 
     def custom(self, args: list[Any], kwargs: dict[str, Any], records: list[BackwardRecord], eager: bool) -> Any:
         """Call it with each outermost custom gradient it reaches instrumented."""
+        if self.as_written:
+            return self.call(*args, **kwargs)
         with _tf.functions_run_eagerly(), _tf.Reach(_instrumenter(records)) as reach:
             result = self.call(*args, **kwargs)
         self.reached = list(dict.fromkeys(reach.names))
@@ -68,5 +74,7 @@ class ReachingTarget:
 
     def native(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Call it with each outermost custom gradient it reaches switched off."""
+        if self.as_written:
+            return self.call(*args, **kwargs)
         with _tf.functions_run_eagerly(), _tf.Reach(switch_off=True):
             return self.call(*args, **kwargs)
