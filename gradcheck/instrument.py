@@ -114,7 +114,11 @@ def to_float64(value: Any) -> np.ndarray | None:
             return None
         if tensor.dtype.is_floating or tensor.dtype.is_integer:
             tensor = tf.cast(tensor, tf.float64)
-        return np.asarray(tensor.numpy(), dtype=np.float64)
+        # np.asarray reads the tensor's own buffer where .numpy() would copy it (a gradient can be millions
+        # of floats); read-only, since writing to it would change the tensor.
+        array = np.asarray(tensor, dtype=np.float64)
+        array.flags.writeable = False
+        return array
     except (TypeError, ValueError, AttributeError):
         return None
 
