@@ -49,6 +49,15 @@ def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {result["name"]: result for result in report["results"]}
 
 
+def reports_by_mode(*args: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """``gradcheck run ARGS`` in fast, full and shape-only mode, each report's results keyed by name."""
+    return {
+        "fast": by_name(run_json(*args)),
+        "full": by_name(run_json(*args, "--mode", "full")),
+        "shape-only": by_name(run_json(*args, "--shape-only")),
+    }
+
+
 def blamed(result: dict[str, Any]) -> set[tuple[str, str | None]]:
     """The (check, input) pairs of a result's problems."""
     return {(problem["check"], problem["input"]) for problem in result["problems"]}

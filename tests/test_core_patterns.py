@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import blamed, by_name, copy_fixture, run_json
+from tests.helpers import blamed, copy_fixture, reports_by_mode
 
 PASSES = {
     "matmul_ok",
@@ -66,11 +66,7 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def reports(core: Path) -> dict[str, dict[str, dict[str, Any]]]:
     module, config = str(core / "core_ops.py"), str(core / "gradcheck.toml")
-    return {
-        "fast": by_name(run_json(module, "-c", config)),
-        "full": by_name(run_json(module, "-c", config, "--mode", "full")),
-        "shape-only": by_name(run_json(module, "-c", config, "--shape-only")),
-    }
+    return reports_by_mode(module, "-c", config)
 
 
 def test_every_function_is_found_in_definition_order(reports: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 import gradcheck
 from gradcheck.checking import diagnose, verdict
-from tests.helpers import FIXTURES, REPO, blamed, by_name, copy_fixture, run_json
+from tests.helpers import FIXTURES, REPO, blamed, copy_fixture, reports_by_mode, run_json
 
 PASSES = {"phase_ok", "complex_square", "exp_series", "Float32Dense", "matmul_ok"}
 
@@ -56,11 +56,7 @@ SHAPE_ONLY_FAILS = {"scaled_by"}
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict[str, Any]]]:
     folder = copy_fixture("verdicts", tmp_path_factory.mktemp("verdicts"))
     module, config = str(folder / "verdicts_ops.py"), str(folder / "gradcheck.toml")
-    return {
-        "fast": by_name(run_json(module, "-c", config)),
-        "full": by_name(run_json(module, "-c", config, "--mode", "full")),
-        "shape-only": by_name(run_json(module, "-c", config, "--shape-only")),
-    }
+    return reports_by_mode(module, "-c", config)
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,8 @@ TARGETS = {
     "erfcx": "tensorflow_probability.python.math.special",
     "stdtr": "tensorflow_probability.python.distributions.student_t",
     "fake_quant_with_min_max_vars": "keras.src.quantizers.quantizers",
+    "bessel_ive": "tensorflow_probability.python.math.bessel",
+    "log_bessel_kve": "tensorflow_probability.python.math.bessel",
 }
 #: Named explicitly, reaching no tf.custom_gradient (TF's registered op gradient): checked anyway.
 REACHES_NONE = {"fake_quant_with_min_max_vars"}
@@ -123,3 +125,12 @@ def test_lambertw_needs_no_config_and_is_drawn_positive(project: Path) -> None:
     assert result["status"] == "passed", result["problems"]
     note = next(n for n in result["notes"] if "drawn positive" in n)
     assert note.startswith("z drawn positive: with normal draws the gradient of z was NaN or Inf")
+
+
+@pytest.mark.skipif(not HAS_TFP, reason="tensorflow_probability is not installed")
+def test_bessel_ive_without_config_says_how_to_declare_its_order_a_constant() -> None:
+    # TFP returns no gradient for the order v on purpose; the hint gives the config that passes above.
+    result = run_json("tensorflow_probability.python.math.bessel::bessel_ive")["results"][0]
+    assert result["status"] == "failed"
+    assert {p["input"] for p in result["problems"]} == {"v"}
+    assert all("constants = { v = ... }" in p["hint"] for p in result["problems"])

@@ -19,7 +19,7 @@ import pytest
 
 from gradcheck.checking import diagnose
 from gradcheck.results import Problem
-from tests.helpers import blamed, by_name, copy_fixture, invoke, run_json
+from tests.helpers import blamed, copy_fixture, invoke, reports_by_mode, run_json
 
 CONFIG = """
 [functions.square_registered]
@@ -50,11 +50,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def reports(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
     module, config = str(folder / "registered_ops.py"), str(folder / "gradcheck.toml")
-    return {
-        "fast": by_name(run_json(module, "-c", config)),
-        "full": by_name(run_json(module, "-c", config, "--mode", "full")),
-        "shape-only": by_name(run_json(module, "-c", config, "--shape-only")),
-    }
+    return reports_by_mode(module, "-c", config)
 
 
 @pytest.mark.parametrize("mode", ["fast", "full"])
