@@ -439,7 +439,9 @@ def integer_range(name: str, float_shapes: Iterable[tuple[int, ...]]) -> tuple[i
     """``[low, high)`` for an integer parameter: small enough to index every float input's axes.
 
     A mask is 0 or 1; a length is at least 1 and at most the smallest size;
-    labels, indices and ids are below the smallest size.
+    labels, indices and ids are below the smallest size, and labels start
+    at 1: label 0 is CTC's blank and most sequence APIs' padding, and a
+    class like any other elsewhere, so leaving it out keeps every guess valid.
     """
     smallest = min((size for shape in float_shapes for size in shape), default=3)
     smallest = max(smallest, 2)
@@ -448,6 +450,8 @@ def integer_range(name: str, float_shapes: Iterable[tuple[int, ...]]) -> tuple[i
         return 0, 2
     if "length" in lowered or lowered.startswith("seq_len"):
         return 1, smallest + 1
+    if "label" in lowered:
+        return 1, smallest
     return 0, smallest
 
 

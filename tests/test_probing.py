@@ -74,7 +74,9 @@ def test_positive_from_the_docstring() -> None:
 
 
 def test_integer_ranges_index_the_smallest_axis() -> None:
-    assert probing.integer_range("labels", [(3, 4)]) == (0, 3)
+    assert probing.integer_range("indices", [(3, 4)]) == (0, 3)
+    # Label 0 is CTC's blank and the padding of sequence APIs: guessed labels leave it out.
+    assert probing.integer_range("labels", [(3, 4)]) == (1, 3)
     assert probing.integer_range("mask", [(3, 4)]) == (0, 2)
     assert probing.integer_range("lengths", [(5, 4)]) == (1, 5)
 
@@ -176,7 +178,7 @@ def test_the_report_says_where_the_inputs_came_from(signatures_report: dict[str,
 
     assert "(from the docstring)" in note("attention_scores")
     assert "after TensorFlow's" in note("batched_matmul")
-    assert "labels=(3,) int32 in [0, 3)" in note("sparse_xent")
+    assert "labels=(3,) int32 in [1, 3)" in note("sparse_xent")
     assert "scale drawn positive, as its name says" in note("normal_log_density")
     assert "positive draws: normal draws gave NaN or Inf" in note("sqrt_sum")
     assert "positive draws" in note("log_det")
@@ -206,7 +208,7 @@ def test_init_writes_integer_complex_and_float32_guesses_that_run(project: Path)
     targets = [f"signatures.py::{n}" for n in ("sparse_xent", "pinned_float32", "spectrum_energy")]
     assert invoke("init", *targets).exit_code == 0
     text = (project / "gradcheck.toml").read_text()
-    assert 'labels = { shape = [3], dtype = "int32", distribution = "integer", low = 0, high = 3 }' in text
+    assert 'labels = { shape = [3], dtype = "int32", distribution = "integer", low = 1, high = 3 }' in text
     assert 'dtype = "float32"  # guessed' in text
     assert 'signal = { shape = [3, 4], dtype = "complex128" }' in text
     report = run_json(*targets, "--shape-only")

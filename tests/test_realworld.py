@@ -120,11 +120,12 @@ def test_swish_needs_no_config() -> None:
 @pytest.mark.skipif(not HAS_TFP, reason="tensorflow_probability is not installed")
 def test_lambertw_needs_no_config_and_is_drawn_positive(project: Path) -> None:
     # Normal draws fall below Lambert W's branch point -1/e, where the forward pass is NaN or
-    # meaningless and native autodiff NaN too: the check is redrawn positive, and says so.
+    # meaningless and native autodiff NaN or far off: the check is redrawn positive, and says why.
     result = run_json("tensorflow_probability.python.math.special::lambertw")["results"][0]
     assert result["status"] == "passed", result["problems"]
     note = next(n for n in result["notes"] if "drawn positive" in n)
-    assert note.startswith("z drawn positive: with normal draws the gradient of z was NaN or Inf")
+    assert note.startswith("z drawn positive: with normal draws ")
+    assert "left the function's domain" in note
 
 
 @pytest.mark.skipif(not HAS_TFP, reason="tensorflow_probability is not installed")
@@ -134,3 +135,13 @@ def test_bessel_ive_without_config_says_how_to_declare_its_order_a_constant() ->
     assert result["status"] == "failed"
     assert {p["input"] for p in result["problems"]} == {"v"}
     assert all("constants = { v = ... }" in p["hint"] for p in result["problems"])
+
+
+def test_ctc_loss_needs_no_config() -> None:
+    # Guessed labels start at 1 (0 is the blank), and in float32 the projections cannot resolve native
+    # autodiff's rounding-level difference from TensorFlow's own CTC gradient: element-wise finite
+    # differences agree with the custom gradient, so fast mode passes as full mode does, with a note.
+    result = run_json("tensorflow.python.ops.ctc_ops::ctc_loss_dense")["results"][0]
+    assert result["status"] == "passed", result["problems"]
+    assert result["custom_gradients"][0]["function"] == "compute_ctc_loss"
+    assert any("below what finite differences resolve" in note for note in result["notes"])

@@ -498,7 +498,8 @@ def settle_native_disagreement(
 def native_below_resolution(
     judged: Judged, native: NativeEvidence, tol: Tolerance
 ) -> tuple[NativeEvidence, tuple[str, ...]]:
-    """Native autodiff differs slightly where finite differences confirm the custom gradient (full mode).
+    """Native autodiff differs slightly where finite differences confirm the custom gradient element by element
+    (full mode, or fast mode where the projections could not judge).
 
     Native autodiff differentiates the forward pass as computed: where that
     is an approximation (a truncated series, an iteration stopped at a
@@ -693,9 +694,31 @@ def gather_evidence(
             native, numeric, refined = settle_native_disagreement(judging, judged, native, numeric, tol_numeric)
         elif numeric.verdict is Evidence.DISAGREES:
             numeric, refined = localise_fast_failure(judging, judged, numeric, tol_numeric)
+        elif numeric.verdict is Evidence.INCONCLUSIVE and native.verdict is Evidence.DISAGREES:
+            numeric, refined = resolve_inconclusive(judging, judged, numeric, tol_numeric)
+            if numeric.verdict is Evidence.AGREES:
+                native, below = native_below_resolution(judged, native, tol_numeric)
+                refined = (*refined, *below)
     elif numeric.verdict is Evidence.AGREES and native.verdict is Evidence.DISAGREES:
         native, refined = native_below_resolution(judged, native, tol_numeric)
     return native, numeric, notes + list(refined)
+
+
+def resolve_inconclusive(
+    judging: Judging, judged: Judged, numeric: NumericEvidence, tol: Tolerance
+) -> tuple[NumericEvidence, tuple[str, ...]]:
+    """Projections too coarse to judge by while native autodiff disagrees (fast mode): element by element.
+
+    Each projection sums every element's finite-difference error, so in
+    float32 it can stay inconclusive where single elements resolve; full
+    mode's element-wise comparison, where affordable, then decides as it
+    would in full mode (and a native difference below its resolution is a
+    note there too).
+    """
+    if judged.source.size > LOCALISE_MAX_ELEMENTS:
+        return numeric, ()
+    whole = _element_wise(judging, judged, numeric, tol)
+    return replace(whole, notes=()), whole.notes
 
 
 def judge(
