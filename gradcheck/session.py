@@ -183,8 +183,14 @@ def collect(
     found_by_config: dict[Path | None, list[Subject]] = {}
     # Each file is imported once, however many targets name it (ops.py::a ops.py::b).
     imported: dict[Path, list[PlannedCheck]] = {}
-    for spec in options.targets:
-        target = resolve_target(spec)
+    targets = [(spec, resolve_target(spec)) for spec in options.targets]
+    # Every ::NAME given for a file names a subject of it, even one that reaches no custom gradient.
+    selected: dict[Path, set[str]] = {}
+    for _, target in targets:
+        for file in target.files:
+            if target.selector is not None:
+                selected.setdefault(file.resolve(), set()).add(target.selector)
+    for spec, target in targets:
         if not target.files:
             config_for(Path(spec.partition("::")[0]))
         found_here: list[PlannedCheck] = []
@@ -195,7 +201,7 @@ def collect(
                 if on_import is not None:
                     on_import(display_path(file))
                 module, module_state = import_isolated(file)
-                named = {*config.functions, *config.layers, *([target.selector] if target.selector else [])}
+                named = {*config.functions, *config.layers, *selected.get(resolved, set())}
                 found = find_subjects(module, file, named)
                 found_by_config.setdefault(config.path, []).extend(found)
                 imported[resolved] = [PlannedCheck(subject, config, module_state) for subject in found]

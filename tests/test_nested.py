@@ -185,3 +185,12 @@ def test_layers_through_the_python_api(nested: Path) -> None:
     wrong = gradcheck.check(module.NestedScaleWrong, inputs={"x": (4, 3)})
     assert {(p.check, p.input) for p in wrong.problems} == {("native", "scale"), ("numeric", "scale")}
     assert gradcheck.check(module.MethodDense, inputs={"x": (4, 2)}).status == "passed"
+
+
+def test_several_names_in_one_file_reaching_no_custom_gradient_are_each_checked(project: Path) -> None:
+    (project / "plain.py").write_text(
+        "import tensorflow as tf\n\n\ndef a(x):\n    return tf.sin(x)\n\n\ndef b(x):\n    return tf.cos(x)\n",
+        encoding="utf-8",
+    )
+    document = run_json("plain.py::a", "plain.py::b")
+    assert [(r["name"], r["status"]) for r in document["results"]] == [("a", "passed"), ("b", "passed")]
