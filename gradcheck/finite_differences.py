@@ -260,11 +260,18 @@ def central_differences(
     which = np.array([0] + [index for index in range(count) for _ in range(2)])
     totals, scales = losses(name, Perturbations.along_directions(np.stack(directions), which, steps))
     plus, minus = totals[1:].reshape(count, 2).T
+    return _at_plus_and_minus(plus, minus, float(totals[0]), float(scales[0]), step, dtype)
+
+
+def _at_plus_and_minus(
+    plus: np.ndarray, minus: np.ndarray, center: float, scale: float, step: float, dtype: str
+) -> CentralDifferences:
+    """Central differences and curvatures from the losses at ``±h`` along each direction and at the center."""
     with np.errstate(invalid="ignore", over="ignore"):
         values = (plus - minus) / (2 * step)
-        curvature = np.abs(plus - 2 * totals[0] + minus) / step
+        curvature = np.abs(plus - 2 * center + minus) / step
     bad = ~(np.isfinite(values) & np.isfinite(curvature))
-    rounding = float(16.0 * EPSILON[dtype] * scales[0] / step)
+    rounding = float(16.0 * EPSILON[dtype] * scale / step)
     return CentralDifferences(np.where(bad, np.nan, values), np.where(bad, np.inf, curvature), rounding)
 
 
@@ -289,12 +296,7 @@ def joint_central_differences(
             moved.append(loss(shifted)[0])
         found.append(moved)
     plus, minus = np.array(found, dtype=np.float64).reshape(-1, 2).T
-    with np.errstate(invalid="ignore", over="ignore"):
-        estimates = (plus - minus) / (2 * step)
-        curvature = np.abs(plus - 2 * center + minus) / step
-    bad = ~(np.isfinite(estimates) & np.isfinite(curvature))
-    rounding = float(16.0 * EPSILON[dtype] * scale / step)
-    return CentralDifferences(np.where(bad, np.nan, estimates), np.where(bad, np.inf, curvature), rounding)
+    return _at_plus_and_minus(plus, minus, center, scale, step, dtype)
 
 
 def element_directions(shape: tuple[int, ...], symmetric: bool) -> list[tuple[tuple[int, ...], ...]]:

@@ -325,16 +325,30 @@ def judge_full(
 QUICK_FRACTION = 0.5
 
 
-def _directions(judging: Judging, judged: Judged, count: int | None = None) -> list[np.ndarray]:
-    """The random directions of one gradient's projections (the first ``count`` of them): the same stream
-    whichever stage uses them."""
+def _directions(judging: Judging, judged: Judged) -> list[np.ndarray]:
+    """The random directions of one gradient's projections: the same stream whichever stage uses them."""
+    return _random_directions(
+        judging, judged, "directions", judging.settings.projections, lambda rng, shape: rng.standard_normal(size=shape)
+    )
+
+
+def _random_directions(
+    judging: Judging,
+    judged: Judged,
+    stream: str,
+    count: int,
+    draw: Callable[[np.random.Generator, tuple[int, ...]], np.ndarray],
+) -> list[np.ndarray]:
+    """``count`` directions along ``judged.source`` from its own seeded ``stream``, symmetric where the input
+    is, scaled by ``max(1, |x|)`` as the finite-difference steps are."""
     source = judged.source
-    seed = f"{judging.subject_name}:{source.name}:directions:{judged.order}"
-    rng = subject_rng(judging.settings.seed, seed, judged.draw)
+    rng = subject_rng(
+        judging.settings.seed, f"{judging.subject_name}:{source.name}:{stream}:{judged.order}", judged.draw
+    )
     scale = _scale(judged)
     directions = []
-    for _ in range(judging.settings.projections if count is None else count):
-        direction = rng.standard_normal(size=source.shape)
+    for _ in range(count):
+        direction = draw(rng, source.shape)
         if source.symmetric:
             direction = symmetrize(direction)
         directions.append(direction * scale)
@@ -370,24 +384,17 @@ def quick_agreement(judging: Judging, judged: Judged, directions: list[np.ndarra
     )
     got = np.asarray(judged.got, dtype=np.float64)
     return all(
-        _plainly_agrees(got, direction, float(value), float(curvature), found.rounding, tol)
+        _plainly_agrees([got], [direction], float(value), float(curvature), found.rounding, tol)
         for direction, value, curvature in zip(directions, found.values, found.curvature)
     )
 
 
 def _plainly_agrees(
-    got: np.ndarray | list[np.ndarray],
-    direction: np.ndarray | list[np.ndarray],
-    value: float,
-    curvature: float,
-    rounding: float,
-    tol: Tolerance,
+    gots: list[np.ndarray], parts: list[np.ndarray], value: float, curvature: float, rounding: float, tol: Tolerance
 ) -> bool:
     """Whether ``<got, direction>`` and a central difference ``value`` along it agree with room to spare
-    (the argument of :func:`quick_agreement`). A direction through several inputs comes as a list of
-    parts, one per input, with the gradients in the same order."""
-    gots = got if isinstance(got, list) else [got]
-    parts = direction if isinstance(direction, list) else [direction]
+    (the argument of :func:`quick_agreement`). The gradient and the direction come in parts, one per input
+    the direction moves, in the same order."""
     projected, products_squared, direction_squared = 0.0, 0.0, 0.0
     for one_got, part in zip(gots, parts):
         products = np.multiply(one_got, part)
@@ -855,6 +862,7 @@ def first_look(
     values: dict[str, Any],
     custom: Outcome,
     native: Outcome | None,
+    losses: BatchedLoss,
     loss: Callable[[dict[str, Any]], tuple[float, float]],
 ) -> FirstLook | None:
     """Fast mode's cheapest sufficient evidence: native autodiff element-wise, and central differences.
@@ -885,7 +893,7 @@ def first_look(
         got, _ = custom_gradient(source, custom, 1)
         if not np.all(np.isfinite(got)):
             return FirstLook(natives, agrees=False)
-        judged = Judged(source, draw, values, got, _unused_losses, custom.execution, 1)
+        judged = Judged(source, draw, values, got, losses, custom.execution, 1)
         tol_native = tolerance(tolerance_dtype, "native", settings.rtol, settings.atol)
         natives[source.name] = seen = native_evidence(judged, native, tol_native)
         if seen.verdict is not Evidence.AGREES or seen.notes:
@@ -916,23 +924,14 @@ def _look_directions(judging: Judging, judged: Judged, count: int) -> list[np.nd
     cheaper to draw for inputs of millions of elements. Its stream is its own,
     so the per-input projections' directions are the same with or without it.
     """
-    source = judged.source
-    seed = f"{judging.subject_name}:{source.name}:first look:{judged.order}"
-    rng = subject_rng(judging.settings.seed, seed, judged.draw)
-    scale = _scale(judged)
-    directions = []
-    for _ in range(count):
-        direction = rng.random(size=source.shape)
+
+    def uniform(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        direction = rng.random(size=shape)
         direction *= 2 * math.sqrt(3.0)
         direction -= math.sqrt(3.0)
-        if source.symmetric:
-            direction = symmetrize(direction)
-        directions.append(direction * scale)
-    return directions
+        return direction
 
-
-def _unused_losses(name: str, perturbations: Any) -> Any:
-    raise AssertionError("the first look evaluates its own losses")
+    return _random_directions(judging, judged, "first look", count, uniform)
 
 
 def _forward_non_finite_too(verdict: Verdict, harness: Harness, values: dict[str, Any]) -> Verdict:
@@ -1011,7 +1010,7 @@ def value_checks(
                 )
         losses = reference_harness.losses(values, upstreams)
         loss = functools.partial(reference_harness.loss, upstreams=upstreams)
-        look = first_look(judging, pending, index, values, custom, native, loss)
+        look = first_look(judging, pending, index, values, custom, native, losses, loss)
         still = []
         for source in pending:
             verdicts[source.name] = judge_source(judging, source, index, values, custom, native, losses, 1, look)
