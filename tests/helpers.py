@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,25 @@ def run_json(*args: str) -> dict[str, Any]:
 def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The report's results keyed by function name."""
     return {result["name"]: result for result in report["results"]}
+
+
+def interrupt_once_started(
+    process: subprocess.Popen[str], markers: list[Path], within: float, waiting_for: str
+) -> tuple[str, str]:
+    """Ctrl-C ``process`` once every marker file exists (each written by a function as it starts), and
+    its stdout and stderr; the process is killed whatever happens."""
+    try:
+        waited = 0.0
+        while not all(marker.exists() for marker in markers):
+            assert process.poll() is None, process.communicate()
+            assert waited < within, waiting_for
+            time.sleep(0.05)
+            waited += 0.05
+        os.kill(process.pid, signal.SIGINT)
+        return process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
 
 
 def reports_by_mode(*args: str) -> dict[str, dict[str, dict[str, Any]]]:

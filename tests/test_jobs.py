@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ import pytest
 
 from gradcheck import pool
 from gradcheck.settings import BY_NAME, InvalidValue
-from tests.helpers import GOOD_AND_BAD, REPO, copy_fixture, invoke, write, wrong_factors
+from tests.helpers import GOOD_AND_BAD, REPO, copy_fixture, interrupt_once_started, invoke, write, wrong_factors
 
 
 def _without_timings(document: Any) -> Any:
@@ -205,18 +204,8 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
     process = subprocess.Popen(
         command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ
     )
-    try:
-        waited = 0.0
-        while not ((tmp_path / "first-started").exists() and (tmp_path / "second-started").exists()):
-            assert process.poll() is None, process.communicate()
-            assert waited < 240, "the two functions never ran at once"
-            time.sleep(0.05)
-            waited += 0.05
-        os.kill(process.pid, signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    markers = [tmp_path / "first-started", tmp_path / "second-started"]
+    stdout, stderr = interrupt_once_started(process, markers, 240, "the two functions never ran at once")
     assert process.returncode == 130, stderr
     report = json.loads(stdout)
     assert report["results"] == [] and report["not_checked"] == ["two.py::first", "two.py::second"]

@@ -10,14 +10,11 @@ the process; Ctrl-C through a real ``gradcheck`` subprocess.
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +22,7 @@ import pytest
 
 import gradcheck
 from gradcheck import worker
-from tests.helpers import blamed, by_name, invoke, run_json, write
+from tests.helpers import blamed, by_name, interrupt_once_started, invoke, run_json, write
 
 FAULTS = """
     import sys
@@ -425,19 +422,10 @@ def test_ctrl_c_prints_the_results_so_far_leaves_no_partial_report_and_exits_130
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
-        # The second function starts only once the first one's result has reached the parent.
-        waited = 0.0
-        while not (tmp_path / "second-started").exists():
-            assert process.poll() is None, process.communicate()
-            assert waited < 120, "the second function never started"
-            time.sleep(0.05)
-            waited += 0.05
-        os.kill(process.pid, signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    # The second function starts only once the first one's result has reached the parent.
+    stdout, stderr = interrupt_once_started(
+        process, [tmp_path / "second-started"], 120, "the second function never started"
+    )
     assert process.returncode == 130, stderr
     assert "PASSED  two.py::first" in stdout
     assert stdout.strip().splitlines()[-1].endswith("(interrupted: 1 not checked)")
