@@ -292,7 +292,10 @@ def joint_central_differences(
         for sign in (1.0, -1.0):
             shifted = dict(values)
             for name, part in direction.items():
-                shifted[name] = np.asarray(values[name], dtype=np.float64) + (sign * step) * part
+                # One array per input moved: the step times the direction, then the point added in place.
+                moved_input = np.multiply(part, sign * step)
+                moved_input += np.asarray(values[name], dtype=np.float64)
+                shifted[name] = moved_input
             moved.append(loss(shifted)[0])
         found.append(moved)
     plus, minus = np.array(found, dtype=np.float64).reshape(-1, 2).T

@@ -255,7 +255,10 @@ class Harness:
         for upstream, output in zip(upstreams, outputs):
             products = np.multiply(upstream, output)
             total += float(np.sum(products))
-            scale += float(np.sum(np.abs(products)))
+            # In place where there is an array (a scalar output's product is a numpy scalar): outputs can be large.
+            scale += float(
+                np.sum(np.abs(products, out=products) if isinstance(products, np.ndarray) else abs(products))
+            )
         return total, scale
 
     # -- gradients -------------------------------------------------------------
