@@ -62,3 +62,45 @@ def test_heat_map_reduces_high_ranks_to_two_axes() -> None:
     assert heat.axes == (1, 2)
     assert heat.difference[4][0] == 1.0
     assert compare.heat_map(np.zeros(()), np.zeros(())) is None
+
+
+def _whole_array_comparison(got, expected, tol, error=None, mask=None) -> compare.Comparison:
+    """The comparison written with whole-array temporaries: what the block-by-block one must equal."""
+    whole = mask is None or bool(mask.all())
+    with np.errstate(invalid="ignore", over="ignore"):
+        difference = np.abs(got - expected) if whole else np.where(mask, np.abs(got - expected), 0.0)
+        size = np.abs(expected)
+        magnitude = float(np.max(size if whole else np.where(mask, size, 0.0), initial=0.0))
+        bound = tol.atol + tol.rtol * size + tol.rtol * compare.NOISE_FLOOR * magnitude
+        if error is not None:
+            bound = bound + error
+        bad = ~(difference <= bound) if whole else mask & ~(difference <= bound)
+    worst = int(np.argmax(difference if whole else np.where(mask, difference, -1.0)))
+    max_abs = float(difference.reshape(-1)[worst])
+    return compare.Comparison(
+        ok=not bad.any(),
+        max_abs_error=max_abs,
+        max_rel_error=max_abs / magnitude if magnitude > 0 else (0.0 if max_abs == 0 else None),
+        worst_index=tuple(int(i) for i in np.unravel_index(worst, expected.shape)) if bad.any() else None,
+        mismatched=int(np.count_nonzero(bad)),
+        total=int(expected.size) if whole else int(np.count_nonzero(mask)),
+    )
+
+
+@pytest.mark.parametrize("trial", range(24))
+def test_block_by_block_comparison_equals_the_whole_array_one(trial: int) -> None:
+    rng = np.random.default_rng(trial)
+    shape = [(3 * compare.BLOCK + 17,), (5, compare.BLOCK // 2 + 3), (compare.BLOCK,), (7,)][trial % 4]
+    expected = rng.standard_normal(shape)
+    got = expected + rng.standard_normal(shape) * 10.0 ** rng.uniform(-12, -2)
+    flat = expected.reshape(-1)
+    if trial % 3 == 0:  # NaNs in later blocks than the largest difference: the first NaN is the worst
+        flat[rng.integers(0, flat.size, size=2)] = np.nan
+    if trial % 5 == 0:  # ties: the first of the equal largest differences is the worst
+        got.reshape(-1)[[1, flat.size - 1]] = flat[[1, flat.size - 1]] + 3.0
+    mask = None if trial % 2 else rng.random(shape) < 0.7
+    error = None if trial % 4 < 2 else np.abs(rng.standard_normal(shape)) * 1e-6
+    tol = compare.tolerance("float64", "native")
+    assert repr(compare.compare_elementwise(got, expected, tol, error, mask)) == repr(
+        _whole_array_comparison(got, expected, tol, error, mask)
+    )
