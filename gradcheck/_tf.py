@@ -384,25 +384,12 @@ def is_tf_own(obj: Any) -> bool:
 
 
 #: TensorFlow shares the memory of a numpy array aligned to this many bytes instead of copying it.
-_ALIGNMENT = 64
-
-
-def aligned_empty(shape: tuple[int, ...]) -> Any:
-    """An uninitialised float64 array that :func:`adopt` hands to TensorFlow without a copy."""
-    import numpy as np
-
-    size = int(np.prod(shape, dtype=np.int64))
-    raw = np.empty(size * 8 + _ALIGNMENT, dtype=np.uint8)
-    offset = -raw.ctypes.data % _ALIGNMENT
-    return raw[offset : offset + size * 8].view(np.float64).reshape(shape)
-
-
 def adopt(array: Any, dtype: str) -> Any:
     """A tensor of ``dtype`` over a numpy array the caller built for it and no longer touches.
 
     ``tf.constant`` copies every numpy array first, in case the caller changes
     it later, and TensorFlow copies again unless the array is 64-byte aligned
-    (:func:`aligned_empty`); for a stack of perturbed inputs each copy is a
+    (:func:`gradcheck.arrays.aligned_empty`); for a stack of perturbed inputs each copy is a
     pass over tens of MB per forward call. Arrays of another dtype are
     converted (and so copied) as ``tf.constant`` would.
     """

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from gradcheck import _tf
+from gradcheck.arrays import aligned_empty
 from gradcheck.finite_differences import BATCH_FLOATS, EPSILON, BatchedLoss, Perturbations, one_at_a_time
 from gradcheck.inputs import CallPlan
 from gradcheck.instrument import raised_by_gradcheck
@@ -58,7 +59,7 @@ def stacked_tensor(perturbations: Perturbations, base: np.ndarray, start: int, s
     tf = _tf.tensorflow()
     stop = min(stop, perturbations.count)
     if perturbations.dense or perturbations.directed:
-        out = _tf.aligned_empty((stop - start, *perturbations.shape)) if dtype == "float64" else None
+        out = aligned_empty((stop - start, *perturbations.shape)) if dtype == "float64" else None
         return _tf.adopt(perturbations.apply(base, start, stop, out=out), dtype)
     rows, elements, amounts = perturbations.moves(start, stop)
     flat = tf.constant(base.reshape(1, -1), dtype=dtype)

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from gradcheck.arrays import aligned_empty
+
 #: Machine epsilon by dtype name, without asking TensorFlow.
 EPSILON = {
     "float64": float(np.finfo(np.float64).eps),
@@ -292,9 +294,11 @@ def joint_central_differences(
         for sign in (1.0, -1.0):
             shifted = dict(values)
             for name, part in direction.items():
-                # One array per input moved: the step times the direction, then the point added in place.
-                moved_input = np.multiply(part, sign * step)
+                # One array per input moved: the step times the direction, then the point added in place;
+                # aligned and frozen, so the forward pass can take it over without a copy.
+                moved_input = np.multiply(part, sign * step, out=aligned_empty(np.shape(part)))
                 moved_input += np.asarray(values[name], dtype=np.float64)
+                moved_input.flags.writeable = False
                 shifted[name] = moved_input
             moved.append(loss(shifted)[0])
         found.append(moved)

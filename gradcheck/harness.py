@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from gradcheck import _tf
+from gradcheck.arrays import product_sums
 from gradcheck.batching import Batcher
 from gradcheck.finite_differences import BatchedLoss
 from gradcheck.inputs import CallPlan
@@ -93,6 +94,9 @@ class Harness:
         # The values (by identity) of the last native forward pass and its float outputs (tensors until
         # first asked for as float64 arrays).
         self._forward_memo: tuple[list[Any], list[Any]] | None = None
+        # The first forward pass, taped, kept for native autodiff at the same draw (:meth:`native`): its
+        # values (by identity), its tape, its float outputs and the watched input tensors.
+        self._first_pass: tuple[list[Any], Any, list[Any], list[Any]] | None = None
 
     def forget_traces(self) -> None:
         """Drop the ``tf.function`` legs traced so far and the remembered forward pass: the target is called
@@ -101,6 +105,7 @@ class Harness:
         self._graph_native = None
         self._graph_records = []
         self._forward_memo = None  # its outputs came from the target called the old way
+        self._first_pass = None
 
     # -- sources and values ----------------------------------------------------
 
@@ -142,10 +147,13 @@ class Harness:
         known = self._converted.get(name)
         if known is not None and known[0] is value:
             return known[1]
-        tensor = _tf.tensorflow().constant(np.asarray(value), dtype=dtype)
-        # Only an array nothing can write to stays the same array: the draws are frozen when made.
-        if isinstance(value, np.ndarray) and not value.flags.writeable:
-            self._converted[name] = (value, tensor)
+        # Only an array nothing can write to stays the same array (the draws are frozen when made), so the
+        # tensor may share its memory (where it is aligned for that) and stand for it from then on.
+        frozen = isinstance(value, np.ndarray) and not value.flags.writeable
+        if not frozen:
+            return _tf.tensorflow().constant(np.asarray(value), dtype=dtype)
+        tensor = _tf.adopt(value, dtype)
+        self._converted[name] = (value, tensor)
         return tensor
 
     def _memo_key(self, values: dict[str, Any]) -> list[Any]:
@@ -198,24 +206,33 @@ class Harness:
 
     # -- forward ---------------------------------------------------------------
 
-    def outputs(self, values: dict[str, Any]) -> list[np.ndarray]:
+    def outputs(self, values: dict[str, Any], keep_tape: bool = False) -> list[np.ndarray]:
         """The float outputs of the forward pass (native path), eagerly, as float64.
 
-        The first call also finds the variables the forward pass reads.
+        The first call also finds the variables the forward pass reads. With
+        ``keep_tape`` it also keeps its tape for :meth:`native` at the same
+        (frozen) values, which then needs no forward pass of its own.
         """
         tf = _tf.tensorflow()
         if self.output_specs is not None and (remembered := self._remembered(values)) is not None:
             return remembered
         self.forward_evaluations += 1
         tensors = self.as_tensors(values)
-        args, kwargs = self._arguments(tensors)
         if self.output_specs is None:
             with tf.GradientTape(watch_accessed_variables=True) as tape:
+                watched = [tensors[a.name] for a in self.plan.differentiable] if keep_tape else []
+                for source in watched:
+                    tape.watch(source)
+                # Inside the tape, as in :meth:`_vjp`: a complex argument is built from its parts by ops.
+                args, kwargs = self._arguments(tensors)
                 result = self.target.native(args, kwargs)
+                # Inside the tape, as in :meth:`_vjp`: a complex output's parts are ops to differentiate.
+                labelled = _tf.differentiable_outputs(result)
             self._discover_variables(tape.watched_variables())
+            self._keep_first_pass(values, tape, [t for _, t in labelled], watched, keep_tape)
         else:
-            result = self.target.native(args, kwargs)
-        labelled = _tf.differentiable_outputs(result)
+            args, kwargs = self._arguments(tensors)
+            labelled = _tf.differentiable_outputs(self.target.native(args, kwargs))
         flat = [t for _, t in labelled]
         if self.output_specs is None:
             self.output_specs = [OutputSpec(tuple(t.shape.as_list()), t.dtype.name) for t in flat]
@@ -223,6 +240,27 @@ class Harness:
         found = [to_float64(t) for t in flat]
         self._remember(values, found)
         return found
+
+    def _keep_first_pass(
+        self, values: dict[str, Any], tape: Any, targets: list[Any], watched: list[Any], keep: bool
+    ) -> None:
+        """Keep the first forward pass's tape where native autodiff can reuse it: its arrays frozen (so
+        identity means the same values) and no variables (a forward pass may change those as it reads them,
+        so native autodiff runs at the values they have after it)."""
+        key = self._memo_key(values)
+        frozen = all(not isinstance(v, np.ndarray) or not v.flags.writeable for v in key)
+        self._first_pass = (key, tape, targets, watched) if keep and frozen and not self.variables else None
+
+    def _take_first_pass(self, values: dict[str, Any]) -> tuple[Any, list[Any], list[Any]] | None:
+        """The kept first forward pass if it ran on these very values; it is given out once."""
+        kept, self._first_pass = self._first_pass, None
+        if kept is None:
+            return None
+        key, tape, targets, watched = kept
+        found = self._memo_key(values)
+        if len(found) != len(key) or any(a is not b for a, b in zip(found, key)):
+            return None
+        return tape, targets, watched
 
     def _discover_variables(self, watched: Any) -> None:
         named: list[tuple[str, Any]] = []
@@ -253,12 +291,9 @@ class Harness:
         total = 0.0
         scale = 0.0
         for upstream, output in zip(upstreams, outputs):
-            products = np.multiply(upstream, output)
-            total += float(np.sum(products))
-            # In place where there is an array (a scalar output's product is a numpy scalar): outputs can be large.
-            scale += float(
-                np.sum(np.abs(products, out=products) if isinstance(products, np.ndarray) else abs(products))
-            )
+            part, part_scale = product_sums(upstream, output)
+            total += part
+            scale += part_scale
         return total, scale
 
     # -- gradients -------------------------------------------------------------
@@ -356,7 +391,12 @@ class Harness:
                 return Outcome("function", grads=self._run_graph(self._graph_native, values, upstreams))
             tensors = self.as_tensors(values)
             forward: list[Any] = []
-            grads = self._vjp(self.target.native, tensors, self.upstream_tensors(upstreams), forward)
+            kept = self._take_first_pass(values)
+            if kept is not None:
+                tape, forward, watched = kept
+                grads = tape.gradient(forward, watched, output_gradients=self.upstream_tensors(upstreams))
+            else:
+                grads = self._vjp(self.target.native, tensors, self.upstream_tensors(upstreams), forward)
         except Exception as error:  # the user's forward raised
             if raised_by_gradcheck(error):
                 raise

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gradcheck import probing
+from gradcheck.arrays import standard_normal
 from gradcheck.config import InputConfig, SubjectConfig, closest
 from gradcheck.errors import ConfigError
 
@@ -508,7 +509,7 @@ def draw_tensor(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
         factor = rng.standard_normal(size=shape)
         values = np.matmul(factor, np.swapaxes(factor, -1, -2)) / n + np.eye(n)
     else:
-        values = rng.standard_normal(size=shape)
+        values = standard_normal(rng, shape)
     return np.asarray(values, dtype=np.float64)
 
 

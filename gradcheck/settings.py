@@ -367,11 +367,18 @@ class _SettingsBase:
     """What :class:`Settings` adds to its fields."""
 
     execution: str
+    reference: str
+    shape_only: bool
 
     @property
     def executions(self) -> tuple[str, ...]:
         """The execution modes to run, eager first."""
         return ("eager", "function") if self.execution == "both" else (self.execution,)
+
+    @property
+    def compares_native(self) -> bool:
+        """Whether gradients are compared with native autodiff (``reference`` is ``both`` or ``native``)."""
+        return self.reference in ("both", "native") and not self.shape_only
 
 
 Settings = dataclasses.make_dataclass(

@@ -8,7 +8,7 @@ import pytest
 from gradcheck import compare
 from gradcheck.finite_differences import Perturbations, directional_derivative
 from gradcheck.harness import Harness
-from gradcheck.inputs import Argument, CallPlan, TensorSpec
+from gradcheck.inputs import Argument, CallPlan, TensorSpec, tensor_argument
 from gradcheck.targets import FunctionTarget
 
 tf = pytest.importorskip("tensorflow")
@@ -201,3 +201,85 @@ def test_native_autodiff_leaves_the_center_of_the_finite_differences_behind() ->
     moved["x"].flags.writeable = False
     assert harness.loss(moved, upstreams) == (3.0, 3.0)
     assert len(calls) == 2
+
+
+def _counted_square(calls: list[int]):
+    def forward(x):
+        calls.append(1)
+
+        def grad(dy):
+            return 2.0 * dy * x
+
+        return x * x, grad
+
+    return forward
+
+
+def test_native_autodiff_at_the_first_draw_reuses_the_first_forward_pass() -> None:
+    calls: list[int] = []
+    harness = Harness(FunctionTarget(_counted_square(calls)), _plan(x=(3,)))
+    values = {"x": np.arange(3.0)}
+    values["x"].flags.writeable = False
+    upstreams = [np.array([1.0, 2.0, 3.0])]
+    harness.outputs(values, keep_tape=True)
+    native = harness.native(values, upstreams)
+    assert len(calls) == 1
+    assert np.array_equal(native.grads["x"], 2.0 * np.arange(3.0) * upstreams[0])
+    # The tape is given out once: native autodiff again runs a forward pass of its own.
+    again = harness.native(values, upstreams)
+    assert len(calls) == 2
+    assert np.array_equal(again.grads["x"], native.grads["x"])
+
+
+@pytest.mark.parametrize("case", ["not kept", "other values", "writable"])
+def test_the_first_forward_pass_is_not_reused_where_it_may_not_fit(case: str) -> None:
+    calls: list[int] = []
+    harness = Harness(FunctionTarget(_counted_square(calls)), _plan(x=(3,)))
+    values = {"x": np.arange(3.0)}
+    values["x"].flags.writeable = case == "writable"
+    harness.outputs(values, keep_tape=case != "not kept")
+    later = {"x": np.arange(3.0) + 1.0} if case == "other values" else values
+    later["x"].flags.writeable = case == "writable"
+    native = harness.native(later, [np.ones(3)])
+    assert len(calls) == 2
+    assert np.array_equal(native.grads["x"], 2.0 * later["x"])
+
+
+def test_a_forward_pass_that_reads_variables_is_not_reused() -> None:
+    """A forward pass may change the variables it reads; native autodiff runs at their values after it."""
+    counter = tf.Variable(1.0, dtype=tf.float64)
+    calls: list[int] = []
+
+    def forward(x):
+        calls.append(1)
+        counter.assign_add(1.0)
+
+        def grad(dy, variables=None):
+            return dy * counter, [tf.reduce_sum(dy * x)]
+
+        return x * counter, grad
+
+    harness = Harness(FunctionTarget(forward), _plan(x=(2,)))
+    values = {"x": np.ones(2)}
+    values["x"].flags.writeable = False
+    harness.outputs(values, keep_tape=True)
+    values.update(harness.variable_values())
+    native = harness.native(values, [np.ones(2)])
+    assert len(calls) == 2
+    assert np.array_equal(native.grads["x"], np.full(2, 3.0))  # the value the second pass read
+
+
+def test_the_kept_tape_differentiates_through_complex_arguments_built_from_their_parts() -> None:
+    plan = CallPlan(arguments=(tensor_argument("z", TensorSpec(shape=(2,), dtype="complex128"), keyword=False),))
+    harness = Harness(FunctionTarget(lambda z: (z * z, lambda dy: dy * 2.0 * tf.math.conj(z))), plan)
+    rng = np.random.default_rng(0)
+    values = {s.name: rng.standard_normal(2) for s in harness.sources}
+    for array in values.values():
+        array.flags.writeable = False
+    upstreams = [rng.standard_normal(2) for _ in range(2)]
+    harness.outputs(values, keep_tape=True)
+    kept = harness.native(values, upstreams)
+    fresh = harness.native(values, upstreams)
+    assert kept.grads.keys() == fresh.grads.keys() and len(kept.grads) == 2
+    for name in kept.grads:
+        assert np.allclose(kept.grads[name], fresh.grads[name]) and np.any(kept.grads[name] != 0)

@@ -44,6 +44,7 @@ from gradcheck.checking.prepare import (
     build,
     draw_values,
     dtype_clash,
+    frozen,
     input_records,
     keyword_convention,
     probe,
@@ -214,7 +215,7 @@ def _reached(
     if seen.note:
         findings.note(seen.note)
     findings.numeric_only = seen.numeric_only
-    if seen.numeric_only and request.settings.reference in ("both", "native"):
+    if seen.numeric_only and request.settings.compares_native:
         request = replace(request, settings=replace(request.settings, reference="numeric"))
     return request, None
 
@@ -255,9 +256,11 @@ def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str
         plan = _narrowed(plan, findings)
     findings.plan = plan
     harness = findings.harness = Harness(built.target, plan, built.name_variable)
+    settings = request.settings
     try:
-        values = draw_values(plan, subject_rng(request.settings.seed, request.subject.name, 0))
-        outputs = harness.outputs(values)
+        # Frozen before the first forward pass, so that its tensors and its tape serve the later passes too.
+        values, _ = frozen(draw_values(plan, subject_rng(settings.seed, request.subject.name, 0)), [])
+        outputs = harness.outputs(values, keep_tape=settings.compares_native)
         # The first forward pass found the variables: draw 0 holds their values as they are.
         values.update(harness.variable_values())
     except Exception as error:  # the forward pass raised
@@ -390,7 +393,13 @@ def _compare_values(
     skip |= not_tensors
     values, upstreams = prepared.draws(0)
     wide, note = reference_harness(
-        request.subject.kind, findings.dtype, prepared.built, prepared.plan, prepared.harness, values
+        request.subject.kind,
+        findings.dtype,
+        prepared.built,
+        prepared.plan,
+        prepared.harness,
+        values,
+        settings.compares_native,
     )
     findings.reference_harness = wide
     if note:

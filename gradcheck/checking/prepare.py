@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gradcheck import _tf, nesting, probing
+from gradcheck.arrays import standard_normal
 from gradcheck.checking.exceptions import UserCodeError, describe_exception
 from gradcheck.config import VariableValue
 from gradcheck.harness import Harness
@@ -446,23 +447,23 @@ class Draws:
 
     def first(self, values: dict[str, Any]) -> None:
         """Record draw 0 (the values the first forward pass ran on)."""
-        self._made[0] = _frozen(values, self.upstreams(0))
+        self._made[0] = frozen(values, self.upstreams(0))
 
     def __call__(self, index: int) -> tuple[dict[str, Any], list[np.ndarray]]:
         if index not in self._made:
             values = draw_values(self.plan, subject_rng(self.seed, self.name, index))
             first = self._made[0][0]
             values.update({name: first[name] for name, _ in self.harness.variables})
-            self._made[index] = _frozen(values, self.upstreams(index))
+            self._made[index] = frozen(values, self.upstreams(index))
         return self._made[index]
 
     def upstreams(self, index: int) -> list[np.ndarray]:
         """The seeded upstream gradients of draw ``index``, one per output."""
         rng = subject_rng(self.seed, self.name + ":upstream", index)
-        return [rng.standard_normal(size=spec.shape) for spec in self.harness.output_specs or []]
+        return [standard_normal(rng, spec.shape) for spec in self.harness.output_specs or []]
 
 
-def _frozen(values: dict[str, Any], upstreams: list[np.ndarray]) -> tuple[dict[str, Any], list[np.ndarray]]:
+def frozen(values: dict[str, Any], upstreams: list[np.ndarray]) -> tuple[dict[str, Any], list[np.ndarray]]:
     """A draw whose arrays cannot change: the harness then converts each to a tensor only once."""
     for array in [*values.values(), *upstreams]:
         if isinstance(array, np.ndarray):
@@ -540,18 +541,19 @@ def keyword_convention(
 
 
 def reference_harness(
-    kind: str, dtype: str, built: Built, plan: CallPlan, harness: Harness, values: dict[str, Any]
+    kind: str, dtype: str, built: Built, plan: CallPlan, harness: Harness, values: dict[str, Any], keep_tape: bool
 ) -> tuple[Harness, str | None]:
     """A harness that evaluates the references in float64 where the function allows it, and a note saying so.
 
     Low-precision gradients are compared with a wider reference: in
     float16 the finite difference of a smooth function often rounds to 0.
+    ``keep_tape`` keeps its first forward pass for native autodiff (:meth:`Harness.outputs`).
     """
     if dtype == "float64" or kind == "layer":
         return harness, None
     wide = Harness(built.target, plan.with_dtype("float64"), built.name_variable)
     try:
-        outputs = wide.outputs(values)
+        outputs = wide.outputs(values, keep_tape=keep_tape)
     except Exception as error:  # the code is written for its dtype: references stay in it
         if raised_by_gradcheck(error):
             raise

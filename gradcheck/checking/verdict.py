@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from gradcheck.arrays import projection_sums
 from gradcheck.checking.diagnose import UNRELIABLE_HINT
 from gradcheck.compare import (
     NOISE_FLOOR,
@@ -268,7 +269,9 @@ def _step(judging: Judging, source: Source) -> float:
 
 
 def _scale(judged: Judged) -> np.ndarray:
-    return np.maximum(1.0, np.abs(np.asarray(judged.values[judged.source.name], dtype=np.float64)))
+    """``max(1, |x|)``, the finite-difference steps' and the directions' scale (one array, made in place)."""
+    scale = np.abs(np.asarray(judged.values[judged.source.name], dtype=np.float64))
+    return np.maximum(scale, 1.0, out=scale) if isinstance(scale, np.ndarray) else np.maximum(scale, 1.0)
 
 
 def full_evidence(judging: Judging, judged: Judged, tol: Tolerance) -> NumericEvidence:
@@ -351,7 +354,11 @@ def _random_directions(
         direction = draw(rng, source.shape)
         if source.symmetric:
             direction = symmetrize(direction)
-        directions.append(direction * scale)
+        if isinstance(direction, np.ndarray) and direction.shape == np.shape(scale):
+            direction *= scale  # the draw is this function's own array
+        else:
+            direction = direction * scale
+        directions.append(direction)
     return directions
 
 
@@ -397,10 +404,10 @@ def _plainly_agrees(
     the direction moves, in the same order."""
     projected, products_squared, direction_squared = 0.0, 0.0, 0.0
     for one_got, part in zip(gots, parts):
-        products = np.multiply(one_got, part)
-        projected += float(np.sum(products))
-        products_squared += float(np.sum(np.square(products)))
-        direction_squared += float(np.sum(np.square(part)))
+        sums = projection_sums(one_got, part)
+        projected += sums[0]
+        products_squared += sums[1]
+        direction_squared += sums[2]
     size = max(abs(projected), math.sqrt(products_squared))
     bound = tol.atol * math.sqrt(direction_squared) + tol.rtol * size
     if not (math.isfinite(value) and math.isfinite(curvature) and math.isfinite(rounding)):
@@ -1001,7 +1008,7 @@ def value_checks(
         if not custom.ok:
             break
         native = None
-        if judging.settings.reference in ("both", "native"):
+        if judging.settings.compares_native:
             native = reference_harness.native(values, upstreams)
             if not native.ok and index == 0:
                 notes.append(
@@ -1077,7 +1084,7 @@ def second_order_checks(
         )
         return Judgement({}, [problem], [], [])
     native = None
-    if judging.settings.reference in ("both", "native"):
+    if judging.settings.compares_native:
         native = reference_harness.second_order(values, upstreams, weights, "native")
     losses = one_at_a_time(lambda moved: reference_harness.first_order_loss(moved, upstreams, weights), values)
     verdicts = {s.name: judge_source(judging, s, 0, values, custom, native, losses, 2) for s in sources}
