@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from gradcheck import _tf, state
+from gradcheck.arrays import small_pages
 from gradcheck.checking import audit, diagnose, reaching, verdict
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
 from gradcheck.checking.prepare import (
@@ -514,6 +515,7 @@ def _checking(request: CheckRequest) -> Iterator[None]:
             state.variables_preserved(variables),
             _tf.quiet_logs(),
             tf.device(_tf.device_name(request.settings.device)),
+            small_pages(),
         ):
             yield
 
