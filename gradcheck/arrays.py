@@ -116,7 +116,7 @@ def small_pages() -> Iterator[None]:
     ``defrag = madvise``, the default on many Linux VMs), a first touch can
     stall for milliseconds; a check's big arrays live for milliseconds. In
     one process alternating 30 fast checks of a 10^6-element softplus, huge
-    pages gave a median 4% slower and, in the first checks, 1.6-1.9x spikes.
+    pages gave a median 4% slower and, in the first checks, spikes of up to 1.8x.
     The switch is numpy's (``_set_madvise_hugepage``, also read from
     ``NUMPY_MADVISE_HUGEPAGE``); without it nothing changes.
     """
