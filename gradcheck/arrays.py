@@ -10,17 +10,14 @@ whole product array gives: a loss, and with it every finite difference, is
 the same to the last bit either way.
 
 :func:`aligned_empty` makes arrays that TensorFlow takes over without a copy
-(:func:`gradcheck._tf.adopt`), for draws and perturbed inputs of that size,
-and :func:`small_pages` keeps numpy from asking for huge pages while a check
-makes and drops them.
+(:func:`gradcheck._tf.adopt`), for draws and perturbed inputs of that size.
 
 numpy only, tested without TensorFlow.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -105,28 +102,3 @@ def projection_sums(gradient: np.ndarray, direction: np.ndarray) -> tuple[float,
 
     projected, squared, direction_squared = pairwise(gradient.size, block_sums)
     return projected, squared, direction_squared
-
-
-@contextlib.contextmanager
-def small_pages() -> Iterator[None]:
-    """numpy's arrays on ordinary pages while the block runs; its own setting is put back after.
-
-    numpy asks the kernel for 2 MB pages for arrays of 4 MB and more. Where
-    the kernel compacts memory to find one (transparent huge pages with
-    ``defrag = madvise``, the default on many Linux VMs), a first touch can
-    stall for milliseconds; a check's big arrays live for milliseconds. In
-    one process alternating 30 fast checks of a 10^6-element softplus, huge
-    pages gave a median 4% slower and, in the first checks, spikes of up to 1.8x.
-    The switch is numpy's (``_set_madvise_hugepage``, also read from
-    ``NUMPY_MADVISE_HUGEPAGE``); without it nothing changes.
-    """
-    core = getattr(np, "_core", None) or getattr(np, "core", None)
-    switch = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
-    if switch is None:
-        yield
-        return
-    before = switch(False)
-    try:
-        yield
-    finally:
-        switch(before)

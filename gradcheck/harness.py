@@ -97,6 +97,9 @@ class Harness:
         # The first forward pass, taped, kept for native autodiff at the same draw (:meth:`native`): its
         # values (by identity), its tape, its float outputs and the watched input tensors.
         self._first_pass: tuple[list[Any], Any, list[Any], list[Any]] | None = None
+        # Native autodiff computed from that tape ahead of time (:meth:`native_ahead`): its values and
+        # upstreams (by identity) and its outcome.
+        self._native_ahead: tuple[list[Any], list[Any], Outcome] | None = None
 
     def forget_traces(self) -> None:
         """Drop the ``tf.function`` legs traced so far and the remembered forward pass: the target is called
@@ -106,6 +109,7 @@ class Harness:
         self._graph_records = []
         self._forward_memo = None  # its outputs came from the target called the old way
         self._first_pass = None
+        self._native_ahead = None
 
     # -- sources and values ----------------------------------------------------
 
@@ -210,8 +214,9 @@ class Harness:
         """The float outputs of the forward pass (native path), eagerly, as float64.
 
         The first call also finds the variables the forward pass reads. With
-        ``keep_tape`` it also keeps its tape for :meth:`native` at the same
-        (frozen) values, which then needs no forward pass of its own.
+        ``keep_tape`` it also keeps its tape for native autodiff at the same
+        (frozen) values, which then needs no forward pass of its own; the
+        caller frees it soon with :meth:`native_ahead` (or :meth:`native`).
         """
         tf = _tf.tensorflow()
         if self.output_specs is not None and (remembered := self._remembered(values)) is not None:
@@ -382,8 +387,28 @@ class Harness:
             return Outcome("function", self._graph_records, error=error)
         return Outcome("function", self._graph_records, grads=dense)
 
+    def native_ahead(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> None:
+        """Native autodiff now, from the kept first forward pass (if it ran on ``values``), for :meth:`native` to
+        give when asked at the same values and upstreams. The tape, and with it every intermediate of the
+        forward pass, is then freed before the custom gradient runs: a check's peak memory stays that of
+        one pass, where a kept tape would add a whole forward pass's intermediates to it."""
+        if self._first_pass is not None:
+            outcome = self.native(values, upstreams)
+            self._native_ahead = (self._memo_key(values), list(upstreams), outcome)
+
+    def _take_native_ahead(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> Outcome | None:
+        ahead, self._native_ahead = self._native_ahead, None
+        if ahead is None:
+            return None
+        key, ahead_upstreams, outcome = ahead
+        found = [*self._memo_key(values), *upstreams]
+        known = [*key, *ahead_upstreams]
+        return outcome if len(found) == len(known) and all(a is b for a, b in zip(found, known)) else None
+
     def native(self, values: dict[str, Any], upstreams: list[np.ndarray], execution: str = "eager") -> Outcome:
         """Native autodiff of the same forward pass: the backward function is never called."""
+        if execution == "eager" and (ahead := self._take_native_ahead(values, upstreams)) is not None:
+            return ahead
         try:
             if execution == "function":
                 if self._graph_native is None:

@@ -53,15 +53,3 @@ def test_aligned_arrays_are_aligned_and_draws_into_them_are_the_same_numbers(sha
     assert np.array_equal(drawn, np.random.default_rng(9).standard_normal(size=shape))
     if drawn.size > arrays.BLOCK:
         assert drawn.ctypes.data % arrays.ALIGNMENT == 0
-
-
-@pytest.mark.parametrize("before", [True, False])
-def test_small_pages_switch_numpys_huge_pages_off_and_put_its_setting_back(before: bool) -> None:
-    switch = np._core.multiarray._set_madvise_hugepage
-    original = switch(before)
-    try:
-        with arrays.small_pages():
-            assert switch(False) is False
-        assert switch(before) is before
-    finally:
-        switch(original)

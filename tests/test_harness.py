@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -283,3 +286,35 @@ def test_the_kept_tape_differentiates_through_complex_arguments_built_from_their
     assert kept.grads.keys() == fresh.grads.keys() and len(kept.grads) == 2
     for name in kept.grads:
         assert np.allclose(kept.grads[name], fresh.grads[name]) and np.any(kept.grads[name] != 0)
+
+
+def test_native_autodiff_ahead_frees_the_first_pass_and_is_given_once_at_the_same_draw() -> None:
+    calls: list[int] = []
+    intermediates: list[weakref.ref] = []
+
+    def forward(x):
+        calls.append(1)
+        inner = tf.exp(x)
+        intermediates.append(weakref.ref(inner))
+
+        def grad(dy):
+            return dy * inner
+
+        return tf.math.log(inner + 1.0), grad
+
+    harness = Harness(FunctionTarget(forward), _plan(x=(3,)))
+    values = {"x": np.arange(3.0)}
+    upstreams = [np.ones(3)]
+    for array in (values["x"], upstreams[0]):
+        array.flags.writeable = False
+    harness.outputs(values, keep_tape=True)
+    harness.native_ahead(values, upstreams)
+    gc.collect()
+    assert len(calls) == 1 and intermediates[0]() is None  # the tape and its intermediates are gone
+    native = harness.native(values, upstreams)
+    assert len(calls) == 1
+    assert np.allclose(native.grads["x"], np.exp(np.arange(3.0)) / (np.exp(np.arange(3.0)) + 1.0))
+    other = [np.ones(3)]  # equal, but another array: computed afresh
+    harness.native_ahead(values, upstreams)  # nothing kept any more: does nothing
+    assert np.array_equal(harness.native(values, other).grads["x"], native.grads["x"])
+    assert len(calls) == 2

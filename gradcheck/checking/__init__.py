@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from gradcheck import _tf, state
-from gradcheck.arrays import small_pages
 from gradcheck.checking import audit, diagnose, reaching, verdict
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
 from gradcheck.checking.prepare import (
@@ -282,6 +281,7 @@ def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str
         findings.skip_reason = "the forward pass has no float or complex outputs: there is no gradient to check"
         return "skipped"
     findings.note(*verdict.complex_notes(harness.output_labels))
+    harness.native_ahead(*draws(0))
     return _Prepared(built, plan, harness, draws, None if redrawn else outputs)
 
 
@@ -515,7 +515,6 @@ def _checking(request: CheckRequest) -> Iterator[None]:
             state.variables_preserved(variables),
             _tf.quiet_logs(),
             tf.device(_tf.device_name(request.settings.device)),
-            small_pages(),
         ):
             yield
 
