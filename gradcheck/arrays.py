@@ -56,6 +56,19 @@ def blockwise(*arrays: np.ndarray) -> bool:
     )
 
 
+def scale_by_magnitude(direction: np.ndarray, values: np.ndarray) -> bool:
+    """``direction *= max(1, |values|)`` in place, block by block, without a values-sized scale array (the
+    same products); False, leaving ``direction`` as it is, where :func:`blockwise` does not apply."""
+    if not blockwise(direction, values) or not direction.flags.writeable:
+        return False
+    flat_direction, flat_values = direction.reshape(-1), values.reshape(-1)
+    for start in range(0, flat_values.size, BLOCK):
+        span = slice(start, start + BLOCK)
+        scale = np.abs(flat_values[span])
+        flat_direction[span] *= np.maximum(scale, 1.0, out=scale)
+    return True
+
+
 def pairwise(size: int, block_sums: Callable[[slice], tuple[float, ...]]) -> tuple[float, ...]:
     """Several sums over ``size`` elements along numpy's pairwise tree, ``block_sums(span)`` giving each
     one's sum over a block (with ``np.sum``, on the flattened arrays)."""

@@ -53,3 +53,16 @@ def test_aligned_arrays_are_aligned_and_draws_into_them_are_the_same_numbers(sha
     assert np.array_equal(drawn, np.random.default_rng(9).standard_normal(size=shape))
     if drawn.size > arrays.BLOCK:
         assert drawn.ctypes.data % arrays.ALIGNMENT == 0
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_scaling_by_magnitude_in_place_gives_the_products_with_a_whole_scale_array(size: int) -> None:
+    rng = np.random.default_rng(size + 2)
+    values = rng.standard_normal(size) * 10.0 ** rng.uniform(-2, 2, size)
+    values[0] = np.nan
+    direction = rng.standard_normal(size)
+    expected = direction * np.maximum(1.0, np.abs(values))
+    scaled = direction.copy()
+    done = arrays.scale_by_magnitude(scaled, values)
+    assert done == (size > arrays.BLOCK)
+    assert np.array_equal(scaled, expected if done else direction, equal_nan=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from gradcheck.arrays import projection_sums
+from gradcheck.arrays import projection_sums, scale_by_magnitude
 from gradcheck.checking.diagnose import UNRELIABLE_HINT
 from gradcheck.compare import (
     NOISE_FLOOR,
@@ -348,16 +348,20 @@ def _random_directions(
     rng = subject_rng(
         judging.settings.seed, f"{judging.subject_name}:{source.name}:{stream}:{judged.order}", judged.draw
     )
-    scale = _scale(judged)
+    values = np.asarray(judged.values[source.name], dtype=np.float64)
+    scale = None
     directions = []
     for _ in range(count):
         direction = draw(rng, source.shape)
         if source.symmetric:
             direction = symmetrize(direction)
-        if isinstance(direction, np.ndarray) and direction.shape == np.shape(scale):
-            direction *= scale  # the draw is this function's own array
-        else:
-            direction = direction * scale
+        # The draw is this function's own array, so it is scaled in place: block by block where it is big.
+        if not scale_by_magnitude(direction, values):
+            scale = _scale(judged) if scale is None else scale
+            if isinstance(direction, np.ndarray) and direction.shape == np.shape(scale):
+                direction *= scale
+            else:
+                direction = direction * scale
         directions.append(direction)
     return directions
 
