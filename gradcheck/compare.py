@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from gradcheck.arrays import BLOCK
 from gradcheck.results import HeatMap
 
 
@@ -80,11 +81,6 @@ class Comparison:
         }
 
 
-#: Elements per block of :func:`compare_elementwise`. Its temporaries then stay in the cache: for
-#: gradients of millions of floats, whole-array temporaries cost a trip through memory and fresh pages each.
-BLOCK = 1 << 16
-
-
 def compare_elementwise(
     got: np.ndarray,
     expected: np.ndarray,
@@ -94,7 +90,8 @@ def compare_elementwise(
 ) -> Comparison:
     """Compare two gradients of the same shape; ``mask`` selects the elements to compare.
 
-    Block by block, element for element as whole arrays would: the bound is
+    Block by block (:data:`gradcheck.arrays.BLOCK` elements: whole-array temporaries of millions of floats
+    cost a trip through memory and fresh pages each), element for element as whole arrays would: the bound is
     ``atol + rtol |e| + rtol floor max|e|`` (plus ``expected_error``), added
     in that order, and the worst element is the first largest difference
     (the first NaN if there is one), as ``np.argmax`` finds it.

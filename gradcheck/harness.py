@@ -168,8 +168,7 @@ class Harness:
         if self._forward_memo is None:
             return None
         key, outputs = self._forward_memo
-        found = self._memo_key(values)
-        if len(found) != len(key) or any(a is not b for a, b in zip(found, key)):
+        if not _same_objects(self._memo_key(values), key):
             return None
         arrays = [o if isinstance(o, np.ndarray) else to_float64(o) for o in outputs]
         self._forward_memo = (key, arrays)
@@ -177,8 +176,7 @@ class Harness:
 
     def _remember(self, values: dict[str, Any], outputs: list[Any]) -> None:
         key = self._memo_key(values)
-        frozen = all(not isinstance(v, np.ndarray) or not v.flags.writeable for v in key)
-        self._forward_memo = (key, outputs) if frozen else None
+        self._forward_memo = (key, outputs) if _all_frozen(key) else None
 
     def restore(self) -> None:
         """Put every variable back to the value it had before the check."""
@@ -253,8 +251,8 @@ class Harness:
         identity means the same values) and no variables (a forward pass may change those as it reads them,
         so native autodiff runs at the values they have after it)."""
         key = self._memo_key(values)
-        frozen = all(not isinstance(v, np.ndarray) or not v.flags.writeable for v in key)
-        self._first_pass = (key, tape, targets, watched) if keep and frozen and not self.variables else None
+        kept = keep and _all_frozen(key) and not self.variables
+        self._first_pass = (key, tape, targets, watched) if kept else None
 
     def _take_first_pass(self, values: dict[str, Any]) -> tuple[Any, list[Any], list[Any]] | None:
         """The kept first forward pass if it ran on these very values; it is given out once."""
@@ -262,10 +260,7 @@ class Harness:
         if kept is None:
             return None
         key, tape, targets, watched = kept
-        found = self._memo_key(values)
-        if len(found) != len(key) or any(a is not b for a, b in zip(found, key)):
-            return None
-        return tape, targets, watched
+        return (tape, targets, watched) if _same_objects(self._memo_key(values), key) else None
 
     def _discover_variables(self, watched: Any) -> None:
         named: list[tuple[str, Any]] = []
@@ -401,9 +396,7 @@ class Harness:
         if ahead is None:
             return None
         key, ahead_upstreams, outcome = ahead
-        found = [*self._memo_key(values), *upstreams]
-        known = [*key, *ahead_upstreams]
-        return outcome if len(found) == len(known) and all(a is b for a, b in zip(found, known)) else None
+        return outcome if _same_objects([*self._memo_key(values), *upstreams], [*key, *ahead_upstreams]) else None
 
     def native(self, values: dict[str, Any], upstreams: list[np.ndarray], execution: str = "eager") -> Outcome:
         """Native autodiff of the same forward pass: the backward function is never called."""
@@ -490,7 +483,17 @@ class Harness:
             grad = outcome.grads.get(name)
             if grad is None or grad.shape != weight.shape:
                 continue
-            products = weight * grad
-            total += float(np.sum(products))
-            scale += float(np.sum(np.abs(products)))
+            part, part_scale = product_sums(weight, grad)
+            total += part
+            scale += part_scale
         return total, scale
+
+
+def _same_objects(found: list[Any], known: list[Any]) -> bool:
+    """Whether two value lists hold the very same objects, in order (frozen arrays: the same values)."""
+    return len(found) == len(known) and all(a is b for a, b in zip(found, known))
+
+
+def _all_frozen(key: list[Any]) -> bool:
+    """Whether every array among ``key`` is read-only, so that its identity stands for its values."""
+    return all(not isinstance(v, np.ndarray) or not v.flags.writeable for v in key)

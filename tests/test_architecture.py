@@ -98,7 +98,7 @@ FOUNDATIONS = {
     "gradcheck.tracebacks": set(),
     "gradcheck.arrays": set(),
     "gradcheck.finite_differences": {"gradcheck.arrays"},
-    "gradcheck.compare": {"gradcheck.results"},
+    "gradcheck.compare": {"gradcheck.arrays", "gradcheck.results"},
     "gradcheck.run": {"gradcheck.results"},
     "gradcheck._tf": {"gradcheck.errors"},
 }

@@ -215,7 +215,7 @@ def _reached(
     if seen.note:
         findings.note(seen.note)
     findings.numeric_only = seen.numeric_only
-    if seen.numeric_only and request.settings.compares_native:
+    if seen.numeric_only and request.settings.reference in ("both", "native"):
         request = replace(request, settings=replace(request.settings, reference="numeric"))
     return request, None
 
