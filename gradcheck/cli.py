@@ -21,11 +21,22 @@ from typing import Any
 
 import click
 
-from gradcheck.errors import UsageError
+from gradcheck.errors import ConfigError, UsageError
 from gradcheck.report_files import check_writable, write_atomically
 from gradcheck.reporting.safe_text import shown
 from gradcheck.results import VERSION, ExitCode
-from gradcheck.settings import BY_NAME, TABLE, Choice, FilePath, Flag, InvalidValue, Setting, Statuses, WorkerCount
+from gradcheck.settings import (
+    BY_NAME,
+    TABLE,
+    Choice,
+    FilePath,
+    Flag,
+    Globs,
+    InvalidValue,
+    Setting,
+    Statuses,
+    WorkerCount,
+)
 
 
 def _parse_pairs(values: tuple[str, ...], option: str, parse: Callable[[str, str], Any]) -> dict[str, Any]:
@@ -225,6 +236,8 @@ def _checked(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         return None
     setting = BY_NAME[str(param.name)]
     try:
+        if isinstance(setting.kind, Globs):
+            return setting.parse(value)  # a glob may hold a comma: each flag is one pattern
         # A repeated flag (--fail-on error --fail-on failed) reads as one comma-separated value.
         return setting.parse(",".join(value) if setting.multiple else value)
     except InvalidValue as error:
@@ -252,7 +265,7 @@ def _setting_option(setting: Setting) -> Callable[[Callable[..., Any]], Callable
         declared["type"] = click.Choice(kind.choices)
     elif isinstance(kind, FilePath):
         declared["type"] = click.Path(dir_okay=False, path_type=Path)
-    elif isinstance(kind, Statuses):
+    elif isinstance(kind, (Statuses, Globs)):
         declared["callback"] = _checked
     elif isinstance(kind, WorkerCount):
         declared["callback"] = _checked_count
@@ -526,22 +539,33 @@ def _append_job_summary(path: Path, markdown: str) -> None:
 @main.command("list")
 @_target_argument
 @_common_options
+@_setting_option(BY_NAME["exclude"])
 @_guarded
-def list_(selection: _Selection, verbose: int) -> int:
+def list_(selection: _Selection, verbose: int, exclude: tuple[str, ...] | None) -> int:
     """Show what would be checked, with signatures and shapes."""
     from gradcheck import _tf, session
 
     _tf.set_verbose(verbose > 0)
-    options = _run_options(selection, {})
+    options = _run_options(selection, {"exclude": exclude})
     listing = session.listing(options)
-    for entry in listing:
+    for entry in listing.entries:
         click.echo(f"{shown(entry.id)}{shown(entry.signature)}  [{entry.kind}]")
         for line in entry.inputs:
             click.echo(f"    {shown(line)}")
-    if not listing:
-        click.echo("nothing to check: no custom-gradient functions found", err=True)
+    _echo_module_failures(listing.module_results)
+    if listing.module_results:
+        return ExitCode.FAILED
+    if not listing.entries:
+        click.echo(f"nothing to check: {session.nothing_found(listing.summary)}", err=True)
         return ExitCode.NO_TESTS
     return ExitCode.OK
+
+
+def _echo_module_failures(results: Any) -> None:
+    """One line per module of a walk that failed to import: where, why, and what to do."""
+    for result in results:
+        problem = result.problems[0]
+        click.echo(f"gradcheck: error: {shown(problem.message)}; {shown(problem.hint or '')}", err=True)
 
 
 @main.command()
@@ -555,11 +579,12 @@ def list_(selection: _Selection, verbose: int) -> int:
     help="Where to write the config.",
 )
 @click.option("--force", is_flag=True, help="Overwrite the file if it exists.")
+@_setting_option(BY_NAME["exclude"])
 @click.option("-v", "--verbose", count=True, help="Tracebacks for usage errors.")
 @_guarded
-def init(targets: tuple[str, ...], output: Path, force: bool, verbose: int) -> int:
+def init(targets: tuple[str, ...], output: Path, force: bool, exclude: tuple[str, ...] | None, verbose: int) -> int:
     """Write a starter config for TARGET, with the shapes that probing finds."""
-    from gradcheck import _tf, starter
+    from gradcheck import _tf, session, starter
 
     _tf.set_verbose(verbose > 0)
     if output.suffix == ".py" or output.name == "pyproject.toml":
@@ -569,10 +594,20 @@ def init(targets: tuple[str, ...], output: Path, force: bool, verbose: int) -> i
         )
     if output.exists() and not force:
         raise UsageError(f"{output}: already exists; pass --force to overwrite it, or -o to write elsewhere")
-    entries = starter.starter_entries(targets)
+    # The walk leaves out what --exclude and an existing config's `exclude` say, as `run` does;
+    # a config that does not read is the one being replaced, and only the flag counts then.
+    try:
+        exclusions = session.run_options(targets, given={"exclude": exclude}).exclusions
+    except ConfigError:
+        from gradcheck.walk import Exclusion
+
+        exclusions = tuple(Exclusion(pattern, Path.cwd()) for pattern in exclude or ())
+    found = starter.starter_entries(targets, exclusions=exclusions)
+    entries = found.entries
+    _echo_module_failures(found.module_results)
     if not entries:
         click.echo("nothing to check: no custom-gradient functions found; no config written", err=True)
-        return ExitCode.NO_TESTS
+        return ExitCode.FAILED if found.module_results else ExitCode.NO_TESTS
     # Shell-quoted to rerun as written, and one line: it goes in a TOML comment that a newline would end.
     written = ["gradcheck", "init", *targets] + (["-o", str(output)] if output != Path("gradcheck.toml") else [])
     command = shown(shlex.join(written))
@@ -583,7 +618,8 @@ def init(targets: tuple[str, ...], output: Path, force: bool, verbose: int) -> i
         f"wrote {output}: {len(entries)} function{'s' if len(entries) != 1 else ''}, "
         f"{guessed} with guessed shapes, {todo} to fill in (marked TODO)"
     )
-    return ExitCode.OK
+    # The config is written for what imported; the modules that did not still fail the command.
+    return ExitCode.FAILED if found.module_results else ExitCode.OK
 
 
 if __name__ == "__main__":  # pragma: no cover

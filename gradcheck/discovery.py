@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import os
@@ -19,22 +20,17 @@ import re
 import site
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from gradcheck import _tf, nesting, tracebacks
+from gradcheck import walk as walking
 from gradcheck.config import closest
 from gradcheck.errors import TargetError
 
-#: Folders never searched, as pytest's ``norecursedirs``.
-SKIPPED_DIRS = {"__pycache__", "build", "dist", "node_modules", "venv", "env", "site-packages", "CVS"}
-
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
-#: A file is imported from a directory walk only if its text mentions one of these:
-#: custom gradients, or a Keras layer (which may call custom gradients imported from elsewhere).
-_MARKERS = ("custom_gradient", "recompute_grad", "Layer")
 
 
 @dataclass(frozen=True)
@@ -49,6 +45,10 @@ class Target:
     """The ``::NAME`` part."""
     explicit: bool = True
     """True for a file or module named directly (imported whatever it contains)."""
+    walks: tuple[walking.Walk, ...] = ()
+    """For a directory or package: what each walk read, brought in, left out and could not read."""
+    names_root: Path | None = None
+    """For a package walk: the folder its dotted names start from (site-packages for an installed one)."""
 
 
 @dataclass(frozen=True)
@@ -88,44 +88,22 @@ class Subject:
     instrumented and switched off while it runs (:mod:`gradcheck.targets.reaching`)."""
     explicit: bool = False
     """Named by ``::NAME`` or a config table: checked even where it reaches no custom gradient."""
+    aliases: tuple[str, ...] = ()
+    """Other names the module gives the same object (``Alias = Layer``): checked once, under ``name``."""
 
 
-def display_path(path: Path) -> str:
-    """``path`` relative to the current directory where it lies below it."""
-    resolved = path.resolve()
+def display_path(path: Path, resolve: bool = True) -> str:
+    """``path`` relative to the current directory where it lies below it (links followed unless not ``resolve``)."""
+    resolved = path.resolve() if resolve else path
     try:
-        return resolved.relative_to(Path.cwd().resolve()).as_posix()
+        return resolved.relative_to(Path.cwd().resolve() if resolve else Path(os.getcwd())).as_posix()
     except ValueError:
         return resolved.as_posix()
 
 
-def _is_venv(directory: Path) -> bool:
-    return (directory / "pyvenv.cfg").is_file()
-
-
 def walk_python_files(directory: Path) -> list[Path]:
-    """The ``*.py`` files below ``directory``, sorted, skipping hidden and venv-like folders."""
-    found = []
-    for root, dirs, files in os.walk(directory):
-        root_path = Path(root)
-        dirs[:] = sorted(
-            d
-            for d in dirs
-            if not d.startswith(".")
-            and d not in SKIPPED_DIRS
-            and not d.endswith(".egg-info")
-            and not _is_venv(root_path / d)
-        )
-        found.extend(root_path / f for f in sorted(files) if f.endswith(".py"))
-    return found
-
-
-def _may_define_custom_gradients(path: Path) -> bool:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return any(marker in text for marker in _MARKERS)
+    """The regular ``*.py`` files below ``directory``, sorted, skipping hidden and venv-like folders."""
+    return walking.python_files(directory)[0]
 
 
 def find_definition(root: Path, name: str) -> Path | None:
@@ -148,59 +126,120 @@ def find_definition(root: Path, name: str) -> Path | None:
     return None
 
 
-def resolve_target(spec: str) -> Target:
-    """Turn one command-line target into files, or raise :class:`TargetError`."""
+def resolve_target(spec: str, exclusions: tuple[walking.Exclusion, ...] = ()) -> Target:
+    """Turn one command-line target into files, or raise :class:`TargetError`.
+
+    A directory, or the dotted name of a package, is walked
+    (:mod:`gradcheck.walk`): only the files that can hold something to
+    check are brought in, and ``exclusions`` leave files and folders out.
+    """
     location, _, selector = spec.partition("::")
     if not location:
         raise TargetError(f"{spec}: empty target; give a .py file, a directory or a module name")
     path = Path(location)
     if path.is_dir():
-        files = walk_python_files(path)
-        if not files:
+        found = walking.walk(path, exclusions)
+        if not (found.scanned or found.unreadable or found.not_regular or found.excluded):
             raise TargetError(f"{location}: directory holds no Python files")
-        marked = tuple(f for f in files if _may_define_custom_gradients(f))
-        return Target(spec=spec, files=marked, selector=selector or None, explicit=False)
+        return Target(spec=spec, files=found.files, selector=selector or None, explicit=False, walks=(found,))
     if path.is_file():
         if path.suffix != ".py":
             raise TargetError(f"{location}: not a Python file (expected a .py file, a directory or a module name)")
         return Target(spec=spec, files=(path,), selector=selector or None)
+    if path.exists():
+        raise TargetError(f"{location}: not a regular file (expected a .py file, a directory or a module name)")
     if location.endswith(".py") or "/" in location or os.sep in location:
         raise TargetError(f"{location}: no such file or directory")
     if _DOTTED.match(location):
-        return Target(spec=spec, files=(_find_module_file(location),), selector=selector or None)
+        return _dotted_target(spec, location, selector or None, exclusions)
     raise TargetError(f"{location}: no such file, directory or module")
 
 
-def _find_module_file(dotted: str) -> Path:
-    with _import_context(Path.cwd()):
+def _dotted_target(spec: str, dotted: str, selector: str | None, exclusions: tuple[walking.Exclusion, ...]) -> Target:
+    """A module name: its file; a package name: a walk of the package's folders, as ``pytest --pyargs``."""
+    module_spec = _find_module_spec(dotted)
+    locations = list(module_spec.submodule_search_locations or [])
+    if not locations:
+        if module_spec.origin is None or not module_spec.origin.endswith(".py"):
+            raise TargetError(f"{dotted}: no such file, directory or module importable from {Path.cwd()}")
+        return Target(spec=spec, files=(Path(module_spec.origin),), selector=selector)
+    depth = dotted.count(".") + 1
+    walks = []
+    for location in locations:
+        folder = Path(location)
+        base = folder.resolve().parents[depth - 1]
+        walks.append(walking.walk(folder, exclusions, package_base=base, names_root=base))
+    files = tuple(dict.fromkeys(file for found in walks for file in found.files))
+    return Target(
+        spec=spec, files=files, selector=selector, explicit=False, walks=tuple(walks), names_root=walks[0].names_root
+    )
+
+
+def _find_module_spec(dotted: str) -> Any:
+    """The spec of a dotted name, a file or package of the current folder first, as ``python -m`` finds it.
+
+    A local ``random.py`` means that file, not the standard library's ``random``.
+    """
+    top = dotted.split(".", 1)[0]
+    cwd = Path.cwd()
+    local = (cwd / f"{top}.py").is_file() or (cwd / top).is_dir()
+    with _import_context(cwd):
         try:
-            spec = importlib.util.find_spec(dotted)
+            if local and "." not in dotted:
+                spec = importlib.machinery.PathFinder.find_spec(dotted, [str(cwd)])
+            elif local and top in sys.modules:
+                raise TargetError(
+                    f"{dotted}: the current folder's {top} shadows the module {top} that is already imported; "
+                    f"name the file or folder instead ({top}/...)"
+                )
+            else:
+                spec = importlib.util.find_spec(dotted)
+        except TargetError:
+            raise
         except (ImportError, ValueError) as error:
+            raise TargetError(f"{dotted}: not a path, and not a module importable from {cwd}: {error}") from error
+        except Exception as error:  # a package's __init__ raised while the name was looked up
             raise TargetError(
-                f"{dotted}: not a path, and not a module importable from {Path.cwd()}: {error}"
+                f"{dotted}: looking the module up ran its package, which raised {type(error).__name__}: {error}"
             ) from error
-    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-        raise TargetError(f"{dotted}: no such file, directory or module importable from {Path.cwd()}")
-    origin = Path(spec.origin)
-    if origin.name == "__init__.py" and spec.submodule_search_locations:
-        return origin
-    return origin
+    if spec is None:
+        raise TargetError(f"{dotted}: no such file, directory or module importable from {cwd}")
+    return spec
 
 
-def import_root(path: Path) -> Path:
+def import_root(path: Path, base: Path | None = None) -> Path:
     """The folder put on ``sys.path`` to import ``path`` (above its packages)."""
-    return _package_root(path)[0]
+    return _package_root(path, base)[0]
 
 
-def _package_root(path: Path) -> tuple[Path, str]:
-    """The folder to put on ``sys.path`` and the dotted name to import ``path`` by."""
+def _package_root(path: Path, base: Path | None = None) -> tuple[Path, str]:
+    """The folder to put on ``sys.path`` and the dotted name to import ``path`` by.
+
+    Climbs while folders are packages (hold ``__init__.py``). Below ``base``
+    (the walk's own root), a folder without ``__init__.py`` that has a
+    package above it is a namespace package (PEP 420), and the climb goes on
+    through it: ``pkg/ns/sub/mod.py`` is ``pkg.ns.sub.mod``, as the package's
+    own imports name it.
+    """
     path = path.resolve()
     parts = [] if path.name == "__init__.py" else [path.stem]
     folder = path.parent
-    while (folder / "__init__.py").is_file():
-        parts.insert(0, folder.name)
-        folder = folder.parent
-    return folder, ".".join(parts)
+    limit = base.resolve() if base is not None else None
+    while True:
+        while (folder / "__init__.py").is_file() and folder.parent != folder:
+            parts.insert(0, folder.name)
+            folder = folder.parent
+        if limit is None or folder == limit or limit not in folder.parents:
+            return folder, ".".join(parts)
+        above = next(
+            (up for up in folder.parents if (up / "__init__.py").is_file() and (up == limit or limit in up.parents)),
+            None,
+        )
+        if above is None:
+            return folder, ".".join(parts)
+        while folder != above:
+            parts.insert(0, folder.name)
+            folder = folder.parent
 
 
 def _site_dirs() -> tuple[str, ...]:
@@ -234,18 +273,32 @@ def _import_context(root: Path) -> Iterator[set[str]]:
     finally:
         sys.path[:] = saved_path
         site_dirs = _site_dirs()
-        for name in set(sys.modules) - before:
-            module = sys.modules.get(name)
-            file = getattr(module, "__file__", None)
-            if file is None:
-                location = getattr(getattr(module, "__spec__", None), "submodule_search_locations", None)
-                file = next(iter(location), None) if location else None
-            if file is None:
-                continue
-            file = str(Path(file).resolve())
-            if file.startswith(root_text) and not file.startswith(site_dirs):
+        # Where each new module lives is read before any is removed: a namespace package's
+        # __path__ recomputes itself from its parent's sys.modules entry (KeyError once gone).
+        # Children go first, so no module is left without its parent package, whatever the hash seed.
+        for name in sorted(set(sys.modules) - before, key=lambda n: (-n.count("."), n)):
+            file = _module_location(sys.modules.get(name))
+            if file is not None and _below(file, root_text) and not file.startswith(site_dirs):
                 added.add(name)
-                sys.modules.pop(name, None)
+        for name in sorted(added, key=lambda n: (-n.count("."), n)):
+            sys.modules.pop(name, None)
+
+
+def _module_location(module: Any) -> str | None:
+    """The resolved file (or first package folder) of a module, or None; never raises."""
+    try:
+        file = getattr(module, "__file__", None)
+        if file is None:
+            spec = getattr(module, "__spec__", None)
+            locations = getattr(spec, "submodule_search_locations", None)
+            file = next(iter(list(locations)), None) if locations is not None else None
+        return str(Path(file).resolve()) if isinstance(file, str) else None
+    except Exception:  # a user's module can make any attribute read raise
+        return None
+
+
+def _below(file: str, root: str) -> bool:
+    return file == root or file.startswith(root.rstrip(os.sep) + os.sep)
 
 
 @contextlib.contextmanager
@@ -264,16 +317,52 @@ def _no_bytecode_files() -> Iterator[None]:
         sys.dont_write_bytecode = saved
 
 
-def _user_frame(error: BaseException, path: Path) -> str:
-    """``file:line`` of the deepest frame in the user's file, for messages."""
+def _user_frame(error: BaseException, path: Path) -> tuple[str, int | None]:
+    """``file:line`` of the deepest frame in the user's file, for messages, and that line."""
     frame = tracebacks.user_frame(error, path, follow_causes=False)
-    return f"{display_path(path)}:{frame.lineno}" if frame is not None else display_path(path)
+    if frame is None or frame.lineno is None:
+        return display_path(path), None
+    return f"{display_path(path)}:{frame.lineno}", frame.lineno
 
 
-def load_module(path: Path) -> ModuleType:
-    """Import the user's file; raise :class:`TargetError` with one line when it fails."""
-    root, dotted = _package_root(path)
-    shown = display_path(path)
+def _text_of(error: BaseException) -> str:
+    """``str(error)``, or its type alone where even that raises (user code may define any ``__str__``)."""
+    try:
+        return str(error)
+    except Exception:
+        return f"{type(error).__name__} (its message could not be read)"
+
+
+class ImportFailure(TargetError):
+    """A user's module that could not be imported: where, why, and what to do.
+
+    On the command line it is one line (exit 2); for a file a walk brought
+    in it becomes that module's ``error`` result instead.
+    """
+
+    def __init__(
+        self, path: Path, where: tuple[str, int | None], reason: str, hint: str, missing: str | None = None
+    ) -> None:
+        super().__init__(f"{where[0]}: {reason}; {hint}")
+        self.path = path
+        """The file that was imported."""
+        self.where, self.line = where
+        """``file:line`` where the import failed, and the line in ``path``."""
+        self.reason = reason
+        """What failed (``import failed: No module named 'x'``)."""
+        self.hint = hint
+        """What to do."""
+        self.missing = missing
+        """The missing module's name, for an ``ImportError``."""
+
+
+def load_module(path: Path, base: Path | None = None) -> ModuleType:
+    """Import the user's file; raise :class:`ImportFailure` (one line) when it fails.
+
+    ``base`` is the root of the walk that found the file: below it,
+    namespace folders are part of the dotted name (:func:`_package_root`).
+    """
+    root, dotted = _package_root(path, base)
     existing = sys.modules.get(dotted)
     existing_file = getattr(existing, "__file__", None)
     if existing_file and Path(existing_file).resolve() == path.resolve():
@@ -284,21 +373,30 @@ def load_module(path: Path) -> ModuleType:
                 return importlib.import_module(dotted)
             return _import_under_private_name(path, dotted)
         except SyntaxError as error:
-            where = f"{shown}:{error.lineno}:{error.offset}" if error.lineno else shown
-            raise TargetError(f"{where}: syntax error: {error.msg}") from error
+            failing = Path(error.filename) if error.filename else path
+            where = display_path(failing) + (f":{error.lineno}:{error.offset}" if error.lineno else "")
+            line = error.lineno if failing.resolve() == path.resolve() else None
+            raise ImportFailure(path, (where, line), f"syntax error: {error.msg}", "fix the syntax") from error
         except ImportError as error:
             if isinstance(error, _tf.TensorFlowMissing):
                 raise
-            if (error.name and error.name.startswith("tensorflow")) or error.name == "keras":
-                raise _tf.TensorFlowMissing() from error
-            raise TargetError(
-                f"{_user_frame(error, path)}: import failed: {error}; install the missing module or fix the import"
+            missing = error.name if isinstance(error, ModuleNotFoundError) else None
+            what = f"install the missing module {missing}" if missing else "install the missing module"
+            raise ImportFailure(
+                path,
+                _user_frame(error, path),
+                f"import failed: {_text_of(error)}",
+                f"{what} or fix the import",
+                missing,
             ) from error
         except KeyboardInterrupt:
             raise
         except BaseException as error:  # the user's module-level code raised anything at all
-            raise TargetError(
-                f"{_user_frame(error, path)}: importing the module raised {type(error).__name__}: {error}"
+            raise ImportFailure(
+                path,
+                _user_frame(error, path),
+                f"importing the module raised {type(error).__name__}: {_text_of(error)}",
+                "fix the module-level code",
             ) from error
 
 
@@ -458,8 +556,8 @@ def find_subjects(module: ModuleType, path: Path, named: Iterable[str] = ()) -> 
                 binding = ("staticmethod" if isinstance(member, staticmethod) else "classmethod") if bound else "method"
                 function = member.__func__ if bound else member
                 found.append(subject_of(function, Place(f"{name}.{attr}", path, module, obj, binding)))
-    subjects = [subject for subject in found if subject is not None]
-    taken = {subject.name for subject in subjects}
+    subjects = _one_per_object([subject for subject in found if subject is not None])
+    taken = {subject.name for subject in subjects} | {alias for subject in subjects for alias in subject.aliases}
     named = set(named)
     for name, function, owner, binding in nesting.candidates(module, taken):
         subjects.append(_reaching_subject(function, Place(name, path, module, owner, binding), name in named))
@@ -469,6 +567,44 @@ def find_subjects(module: ModuleType, path: Path, named: Iterable[str] = ()) -> 
             subjects.append(explicit)
     subjects.sort(key=lambda s: s.line)
     return subjects
+
+
+def _defining_object(subject: Subject) -> Any:
+    """What two names of one subject share: the layer class, or the function object itself.
+
+    Not the function behind the decorators: ``a = tf.custom_gradient(f)`` and
+    ``b = tf.custom_gradient(f)`` are two custom gradients, each checked.
+    """
+    return subject.owner if subject.kind == "layer" else subject.obj
+
+
+def _one_per_object(subjects: list[Subject]) -> list[Subject]:
+    """One subject per object: an alias (``Alias = Layer``) is a name of the same subject, not another one.
+
+    The subject keeps the name that defines the object (its ``__name__``),
+    else the first; the other names are its ``aliases``.
+    """
+    groups: dict[tuple[int, str | None], list[Subject]] = {}
+    for subject in subjects:
+        owner = subject.owner if subject.kind != "layer" else None
+        key = (id(_defining_object(subject)), f"{id(owner)}:{subject.binding}" if owner is not None else None)
+        groups.setdefault(key, []).append(subject)
+    kept = []
+    for group in groups.values():
+        defining = next((s for s in group if s.name.rsplit(".", 1)[-1] == _own_name(s)), group[0])
+        others = tuple(s.name for s in group if s is not defining)
+        kept.append(replace(defining, aliases=defining.aliases + others) if others else defining)
+    return kept
+
+
+def _own_name(subject: Subject) -> str | None:
+    """The name the ``def`` or ``class`` statement gave the object (a function's ``__name__`` can be reassigned)."""
+    obj = subject.forward if subject.kind != "layer" and subject.forward is not None else _defining_object(subject)
+    try:
+        code = getattr(inspect.unwrap(obj), "__code__", None)
+        return code.co_name if code is not None else getattr(obj, "__name__", None)
+    except Exception:
+        return None
 
 
 def _reaching_subject(function: Any, place: Place, explicit: bool = False) -> Subject:
@@ -639,7 +775,7 @@ def select(subjects: list[Subject], selector: str | None, target: str) -> list[S
     """Apply a ``::NAME`` selector: an exact name, or a class and all its methods."""
     if selector is None:
         return subjects
-    chosen = [s for s in subjects if s.name == selector or s.name.startswith(selector + ".")]
+    chosen = [s for s in subjects if s.name == selector or s.name.startswith(selector + ".") or selector in s.aliases]
     if not chosen:
         names = [s.name for s in subjects]
         available = f"; it defines {', '.join(names)}" if names else "; it defines no custom gradients"

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradcheck.results import Result, RunReport
-from gradcheck.run import Abandoned, Plan, run_report
+from gradcheck.run import Abandoned, Plan, collection_failures, run_report
 
 #: How often (seconds) the calling thread wakes while it waits, so that Ctrl-C is heard at once.
 _WAKE_SECONDS = 0.1
@@ -89,6 +89,10 @@ class _Ordered:
     """The first function that could not be checked (:class:`gradcheck.run.Abandoned`): the run ends there."""
     copies: list[Result] = field(default_factory=list)
     """The results that stand for the function at ``cut`` and every one after it."""
+
+    def __post_init__(self) -> None:
+        # Modules that failed to import count first: they may reach --maxfail before any check.
+        self.done = self.maxfail is not None and self.failures >= self.maxfail
 
     def add(self, index: int, result: Result) -> None:
         """A finished result: pass on every result that is now next in plan order."""
@@ -190,7 +194,7 @@ def check_parallel(
     """
     ids = [function.id for function in runners[0].functions]
     dispatcher = _Dispatcher(len(ids))
-    ordered = _Ordered(ids, plan, maxfail, on_result)
+    ordered = _Ordered(ids, plan, maxfail, on_result, failures=collection_failures(plan))
     slots = [_Slot(runner, dispatcher) for runner in runners]
     for slot in slots:
         slot.thread.start()

@@ -71,18 +71,26 @@ class GradcheckPlugin:
     """The part of the plugin that exists only with ``--gradcheck``: targets, plan, collection."""
 
     def __init__(self, config: pytest.Config, targets: tuple[str, ...]) -> None:
+        from gradcheck import session
         from gradcheck.discovery import resolve_target
 
         self.config = config
         self.targets = targets
         self.invocation_dir = config.invocation_params.dir
+        config_path = config.getoption("gradcheck_config")
+        if config_path is not None and not Path(config_path).is_file():
+            raise UsageError(f"{config_path}: config file not found (--gradcheck-config)")
+        # The config's `exclude` applies here as on the command line.
+        self.options: Any = session.run_options(
+            targets, config_path=Path(config_path) if config_path is not None else None
+        )
         self.files: dict[Path, str] = {}
         for spec in targets:
-            for file in resolve_target(spec).files:
+            for file in resolve_target(spec, self.options.exclusions).files:
                 self.files.setdefault(file.resolve(), spec)
         self._plan: dict[Path, list[Any]] | None = None
+        self._module_results: dict[Path, Result] = {}
         self._plan_error: UsageError | None = None
-        self.options: Any = None
 
     def add_uncovered_targets(self) -> None:
         """Add each target file that pytest's own arguments do not reach to what it collects."""
@@ -117,25 +125,26 @@ class GradcheckPlugin:
         if self._plan is None:
             from gradcheck import session
 
-            config = self.config.getoption("gradcheck_config")
-            self.options = session.RunOptions(
-                targets=self.targets, config_path=Path(config) if config is not None else None
-            )
             try:
-                if config is not None and not Path(config).is_file():
-                    raise UsageError(f"{config}: config file not found (--gradcheck-config)")
-                planned = session.collect(self.options)
+                collected = session.collect(self.options)
             except UsageError as error:
                 self._plan_error = error
                 raise
             plan: dict[Path, list[Any]] = {}
-            for item in planned:
-                plan.setdefault(self._file_of(item), []).append(item)
+            for item in collected.planned:
+                plan.setdefault(self._file_of(item.subject.path), []).append(item)
+            # A module of a walk that failed to import is one failing item, not a collection error.
+            self._module_results = {self._file_of(str(r.path)): r for r in collected.module_results}
             self._plan = plan
         return self._plan
 
-    def _file_of(self, planned: Any) -> Path:
-        path = Path(planned.subject.path)
+    def module_result(self, path: Path) -> Result | None:
+        """The ``error`` result of ``path`` where a walk brought it in and it failed to import."""
+        self.plan()
+        return self._module_results.get(path.resolve())
+
+    def _file_of(self, shown: str) -> Path:
+        path = Path(shown)
         if not path.is_absolute():
             path = Path.cwd() / path
         return path.resolve()
@@ -149,7 +158,10 @@ class GradcheckModule(pytest.File):
         self.plugin = plugin
 
     def collect(self) -> Iterator[GradcheckItem]:
-        """One item per function, in definition order."""
+        """One item per function, in definition order; one failing item where the module failed to import."""
+        failed = self.plugin.module_result(self.path)
+        if failed is not None:
+            yield GradcheckItem.from_parent(self, name="import", planned=None, failed_import=failed)
         for planned in self.plugin.plan().get(self.path.resolve(), []):
             yield GradcheckItem.from_parent(self, name=planned.subject.name, planned=planned)
 
@@ -163,16 +175,21 @@ class GradcheckModule(pytest.File):
 class GradcheckItem(pytest.Item):
     """One custom-gradient function, checked when the item runs."""
 
-    def __init__(self, *, planned: Any, **kwargs: Any) -> None:
+    def __init__(self, *, planned: Any, failed_import: Result | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.planned = planned
-        self.result: Result | None = None
+        self.failed_import = failed_import
+        """For the item that stands for a module that failed to import: its ``error`` result."""
+        self.result: Result | None = failed_import
 
     def runtest(self) -> None:
         """Check the function; fail with its result unless it passed (skip where it was skipped)."""
         from gradcheck.checking import check_subject
         from gradcheck.session import request_for
 
+        if self.failed_import is not None:
+            self.user_properties.append(("gradcheck_status", "error"))
+            raise GradcheckFailure(self.failed_import)
         plugin = self.parent.plugin  # type: ignore[union-attr]
         request = request_for(self.planned, plugin.options)
         result = check_subject(request)
@@ -197,7 +214,7 @@ class GradcheckItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         """Where the function is defined, for pytest's headers."""
-        line = self.planned.subject.line
+        line = self.planned.subject.line if self.planned is not None else (self.result and self.result.line)
         return self.path, (line - 1 if line else None), f"gradcheck: {self.name}"
 
 

@@ -22,6 +22,7 @@ CHECKS = (
     "variables",
     "execution",
     "exception",
+    "import",
 )
 
 STATUSES = ("passed", "failed", "error", "skipped")
@@ -201,7 +202,7 @@ class Result:
     name: str
     """The function's name in its module (``Class.method`` for methods)."""
     kind: str
-    """``function`` or ``layer``."""
+    """``function``, ``layer``, or ``module`` (a module of a walk that failed to import)."""
     status: str
     """``passed``, ``failed``, ``error`` or ``skipped``."""
     dtype: str | None = None
@@ -257,6 +258,32 @@ class Result:
 
 
 @dataclass(frozen=True)
+class Collection:
+    """What collection did with the targets' files, for the report's header and ``-v``.
+
+    Paths are as reports show them (relative to the current folder where below it).
+    """
+
+    scanned: tuple[str, ...] = ()
+    """Every ``.py`` file a directory or package walk read (without importing it)."""
+    imported: tuple[str, ...] = ()
+    """The files imported: named on the command line, or brought in by a walk."""
+    excluded: tuple[str, ...] = ()
+    """Files and folders ``exclude`` left out of a walk."""
+    failed: tuple[str, ...] = ()
+    """Files of a walk that failed to import or to be read (each is a ``module`` result)."""
+    not_regular: tuple[str, ...] = ()
+    """``*.py`` names in a walk that are not regular files (FIFOs, sockets, devices): never opened."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report's ``collection`` entry: each list, and how long it is."""
+        return {
+            name: {"count": len(getattr(self, name)), "paths": list(getattr(self, name))}
+            for name in ("scanned", "imported", "excluded", "failed", "not_regular")
+        }
+
+
+@dataclass(frozen=True)
 class RunReport:
     """Everything a run found, in the order it was checked."""
 
@@ -277,6 +304,8 @@ class RunReport:
     not_checked: tuple[str, ...] = ()
     """Ids of the functions and layers left unchecked because the run stopped early
     (``--maxfail`` or Ctrl-C), in the order they would have been checked."""
+    collection: Collection | None = None
+    """What collection scanned, imported, excluded and failed to import; None where not known."""
 
     @property
     def summary(self) -> dict[str, int]:
@@ -319,4 +348,6 @@ class RunReport:
         }
         if self.not_checked:
             document["not_checked"] = list(self.not_checked)
+        if self.collection is not None:
+            document["collection"] = self.collection.to_dict()
         return document

@@ -13,14 +13,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from gradcheck.results import VERSION, Result, RunReport
+from gradcheck.results import VERSION, Collection, Result, RunReport
 
 
 class Plan(Protocol):
-    """What a run's plan tells the loop: the seed for the report, and the statuses that fail the run."""
+    """What a run's plan tells the loop: the seed for the report, the statuses that fail the run,
+    and what collection found: the results of modules that failed to import, and its summary."""
 
     seed: int
     fail_on: tuple[str, ...]
+    module_results: tuple[Result, ...]
+    collection: Collection | None
 
 
 class Abandoned(Exception):
@@ -53,7 +56,7 @@ def check_all(
     """
     results: list[Result] = []
     interrupted = False
-    failures = 0
+    failures = collection_failures(plan)
     try:
         for index, id_ in enumerate(ids):
             if maxfail is not None and failures >= maxfail:
@@ -74,6 +77,11 @@ def check_all(
     return run_report(ids, results, plan, maxfail, started, interrupted)
 
 
+def collection_failures(plan: Plan) -> int:
+    """How many of the modules that failed to import count towards ``--maxfail``, as failing results do."""
+    return sum(result.status in plan.fail_on for result in plan.module_results)
+
+
 def run_report(
     ids: Sequence[str],
     results: Sequence[Result],
@@ -82,9 +90,12 @@ def run_report(
     started: float,
     interrupted: bool,
 ) -> RunReport:
-    """The report of a run that checked ``results``, the first of ``ids`` in order; the rest were not checked."""
+    """The report of a run that checked ``results``, the first of ``ids`` in order; the rest were not checked.
+
+    The modules that failed to import come first, as collection errors do in pytest.
+    """
     return RunReport(
-        results=tuple(results),
+        results=(*plan.module_results, *results),
         seed=plan.seed,
         seconds=time.perf_counter() - started,
         interrupted=interrupted,
@@ -92,4 +103,5 @@ def run_report(
         fail_on=plan.fail_on,
         maxfail=maxfail,
         not_checked=tuple(ids[len(results) :]),
+        collection=plan.collection,
     )

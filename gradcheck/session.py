@@ -7,9 +7,12 @@ in this module prints. Progress reaches the caller through ``on_result``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 import shlex
 import sys
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,7 @@ from gradcheck.config import (
     read_config_file,
 )
 from gradcheck.discovery import (
+    ImportFailure,
     Subject,
     display_path,
     find_definition,
@@ -38,9 +42,10 @@ from gradcheck.discovery import (
 )
 from gradcheck.errors import ConfigError, TargetError, UsageError
 from gradcheck.inputs import Argument, CallPlan
-from gradcheck.results import DEFAULT_FAIL_ON, Result, RunReport
+from gradcheck.results import DEFAULT_FAIL_ON, Collection, Problem, Result, RunReport
 from gradcheck.run import check_all
 from gradcheck.settings import BY_NAME, DEFAULT_TIMEOUT, FUNCTION, RUN_SETTINGS, TABLE, resolve
+from gradcheck.walk import MARKERS, Exclusion
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,8 @@ class RunOptions:
     """``--changed-since``: the changed files; keep only functions whose module is or imports one."""
     changed_root: Path | None = None
     """The git repository those files are in; imports are followed inside it only."""
+    exclusions: tuple[Exclusion, ...] = ()
+    """``--exclude`` (relative to the current folder) and the config's ``exclude`` (relative to its folder)."""
 
 
 def run_options(
@@ -108,6 +115,13 @@ def run_options(
     run_values = resolve(given, config.report, RUN_SETTINGS)
     if run_values["output"] is not None:
         run_values["output"] = Path(run_values["output"])
+    # Both apply, each relative to where it was written: the flag's to here, the config's to its folder.
+    run_values.pop("exclude")
+    exclusions = tuple(Exclusion(pattern, Path.cwd()) for pattern in given.get("exclude", ()))
+    if path is not None:
+        exclusions += tuple(
+            Exclusion(pattern, path.resolve().parent, str(path)) for pattern in config.report.get("exclude", ())
+        )
     return RunOptions(
         targets=targets,
         config_path=config_path,
@@ -116,6 +130,7 @@ def run_options(
         shapes=dict(shapes or {}),
         keyword=keyword,
         timeout=merged_settings(config, None, overrides).timeout,
+        exclusions=exclusions,
         **run_values,
         **(narrowing or {}),
     )
@@ -146,21 +161,63 @@ def _config_for(location: Path, options: RunOptions, cache: dict[Path | None, Co
     return cache[path]
 
 
-def import_isolated(file: Path) -> tuple[Any, state.Snapshot]:
+def import_isolated(file: Path, base: Path | None = None) -> tuple[Any, state.Snapshot]:
     """Import a user's file; return the module and the state its import left, with the state put back.
 
     Module-level code may seed random generators, flip TensorFlow's switches
     or change directory; none of that may reach the next module, so it is
     undone here and kept in the snapshot, which the module's own checks apply.
+    ``base`` is the root of the walk that found the file (see :func:`load_module`).
     """
-    with state.preserved([import_root(file)]):
-        module = load_module(file)
-        return module, state.capture([import_root(file)])
+    roots = [import_root(file, base)]
+    with state.preserved(roots):
+        module = load_module(file, base)
+        return module, state.capture(roots)
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What collection found: the checks to run, the modules that could not be imported, and a summary."""
+
+    planned: list[PlannedCheck]
+    """One per function or layer, in order."""
+    module_results: tuple[Result, ...] = ()
+    """An ``error`` result (``kind = "module"``) for each file of a walk that failed to import or be read."""
+    summary: Collection = field(default_factory=Collection)
+    """Files scanned, imported, excluded and failed, for the report's header."""
+
+
+def module_failure(
+    path: Path, reason: str, hint: str, line: int | None = None, error: BaseException | None = None
+) -> Result:
+    """The result of a file a walk brought in that could not be imported or read (``-v`` shows the traceback)."""
+    # Not resolved: a dangling link is reported under its own name, not its target's.
+    shown = display_path(Path(os.path.abspath(path)), resolve=False)
+    where = f"{shown}:{line}" if line else shown
+    details = "".join(traceback.format_exception(error)) if error is not None else None
+    return Result(
+        id=shown,
+        name=path.stem if path.name != "__init__.py" else path.parent.name,
+        kind="module",
+        status="error",
+        problems=(Problem("import", None, f"{where}: {reason}", hint=hint, traceback=details),),
+        path=shown,
+        line=line,
+    )
+
+
+def _exclude_hint(path: Path, what: str, names_root: Path | None = None) -> str:
+    shown = display_path(Path(os.path.abspath(path)), resolve=False)
+    if os.path.isabs(shown) and names_root is not None:
+        # An installed package's file: a glob below the folder its package sits in matches it too.
+        with contextlib.suppress(ValueError):
+            shown = Path(os.path.abspath(path)).relative_to(names_root).as_posix()
+    return f'{what}, or leave the file out of the walk: exclude = ["{shown}"] in the config, or --exclude {shown}'
 
 
 def collect(
     options: RunOptions, read_configs: bool = True, on_import: Callable[[str], None] | None = None
-) -> list[PlannedCheck]:
+) -> Collected:
     """Import every target and find its functions; raise a UsageError for bad input.
 
     Each file gets the config found from its own folder upwards (or ``-c``),
@@ -168,7 +225,10 @@ def collect(
     ``read_configs=False`` gives every function the empty config (``gradcheck
     init`` writes a config from scratch, whatever is there already).
     ``on_import`` hears of each file just before it is imported (the worker
-    tells its parent, which bounds the import's time).
+    tells its parent, which bounds the import's time). A file that a
+    directory or package walk brought in and that fails to import is a
+    ``module`` result, and collection goes on; a file named on the command
+    line that fails to import is a usage error.
     """
     _tf.tensorflow()
     cache: dict[Path | None, Config] = {}
@@ -183,24 +243,48 @@ def collect(
     found_by_config: dict[Path | None, list[Subject]] = {}
     # Each file is imported once, however many targets name it (ops.py::a ops.py::b).
     imported: dict[Path, list[PlannedCheck]] = {}
-    targets = [(spec, resolve_target(spec)) for spec in options.targets]
+    failures: dict[Path, Result] = {}
+    targets = [(spec, resolve_target(spec, options.exclusions)) for spec in options.targets]
     # Every ::NAME given for a file names a subject of it, even one that reaches no custom gradient.
     selected: dict[Path, set[str]] = {}
     for _, target in targets:
         for file in target.files:
             if target.selector is not None:
                 selected.setdefault(file.resolve(), set()).add(target.selector)
+    for _, target in targets:
+        for found in target.walks:
+            for unreadable in found.unreadable:
+                failures.setdefault(
+                    unreadable.path.resolve(),
+                    module_failure(
+                        unreadable.path,
+                        f"cannot be read: {unreadable.reason}",
+                        _exclude_hint(unreadable.path, "make it readable"),
+                    ),
+                )
     for spec, target in targets:
         if not target.files:
             config_for(Path(spec.partition("::")[0]))
         found_here: list[PlannedCheck] = []
+        base = target.names_root or (target.walks[0].names_root if target.walks else None)
         for file in target.files:
             resolved = file.resolve()
+            if resolved in failures:
+                continue
             if resolved not in imported:
                 config = config_for(file)
                 if on_import is not None:
                     on_import(display_path(file))
-                module, module_state = import_isolated(file)
+                try:
+                    module, module_state = import_isolated(file, base)
+                except ImportFailure as failure:
+                    if target.explicit:
+                        raise
+                    what = f"install {failure.missing}" if failure.missing else failure.hint
+                    failures[resolved] = module_failure(
+                        file, failure.reason, _exclude_hint(file, what, base), failure.line, failure.__cause__
+                    )
+                    continue
                 named = {*config.functions, *config.layers, *selected.get(resolved, set())}
                 found = find_subjects(module, file, named)
                 found_by_config.setdefault(config.path, []).extend(found)
@@ -215,14 +299,34 @@ def collect(
                 planned.append(item)
     for path, config in cache.items():
         _check_config_names(config, found_by_config.get(path, []))
+    module_results = list(failures.values())
     if options.keyword:
         planned = [p for p in planned if options.keyword in p.subject.id]
     if options.changed is not None and options.changed_root is not None:
-        chosen = selection.affected({Path(p.subject.path) for p in planned}, options.changed, options.changed_root)
+        paths = {Path(p.subject.path) for p in planned} | {Path(str(r.path)) for r in module_results}
+        chosen = selection.affected(paths, options.changed, options.changed_root)
         planned = [p for p in planned if Path(p.subject.path).resolve() in chosen]
+        module_results = [r for r in module_results if Path(str(r.path)).resolve() in chosen]
     if options.shard is not None:
         planned = [p for p in planned if selection.in_shard(p.subject.id, options.shard)]
-    return planned
+        module_results = [r for r in module_results if selection.in_shard(r.id, options.shard)]
+    return Collected(planned, tuple(module_results), _summary(targets, imported, failures))
+
+
+def _summary(targets: list[tuple[str, Any]], imported: dict[Path, Any], failures: dict[Path, Result]) -> Collection:
+    """The collection line of the report: what the walks read and left out, what was imported and failed."""
+    walks = [found for _, target in targets for found in target.walks]
+
+    def shown(paths: Any) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(display_path(Path(os.path.abspath(path)), resolve=False) for path in paths))
+
+    return Collection(
+        scanned=shown(path for found in walks for path in found.scanned),
+        imported=shown(imported),
+        excluded=shown(path for found in walks for path in found.excluded),
+        failed=tuple(result.id for result in failures.values()),
+        not_regular=shown(path for found in walks for path in found.not_regular),
+    )
 
 
 def _check_config_names(config: Config, subjects: list[Subject]) -> None:
@@ -234,6 +338,7 @@ def _check_config_names(config: Config, subjects: list[Subject]) -> None:
     """
     for kind, table in (("function", config.functions), ("layer", config.layers)):
         defined = [s.name for s in subjects if s.kind == kind]
+        defined += [alias for s in subjects if s.kind == kind for alias in s.aliases]
         for name in table:
             if name in defined:
                 continue
@@ -295,12 +400,21 @@ def request_for(planned: PlannedCheck, options: RunOptions) -> CheckRequest:
         config,
         options.overrides,
         given_by="command line",
-        table=config.subject(subject.kind, subject.name),
+        table=_subject_table(config, subject),
         shapes=options.shapes,
         config_label=config.label if config.path is not None else "gradcheck.toml",
         reproduce=lambda settings: reproduce_command(subject, settings, options),
         module_state=planned.module_state,
     )
+
+
+def _subject_table(config: Config, subject: Subject) -> SubjectConfig | None:
+    """The subject's config table, under its name or, failing that, one of its aliases."""
+    for name in (subject.name, *subject.aliases):
+        table = config.subject(subject.kind, name)
+        if table is not None:
+            return table
+    return None
 
 
 def build_request(
@@ -381,14 +495,35 @@ class ListedFunction:
     inputs: tuple[str, ...]
 
 
-def listing(options: RunOptions) -> list[ListedFunction]:
+@dataclass(frozen=True)
+class Listing:
+    """What ``gradcheck list`` shows: the functions, the modules that failed to import, and the collection."""
+
+    entries: tuple[ListedFunction, ...]
+    module_results: tuple[Result, ...]
+    summary: Collection
+
+
+def nothing_found(summary: Collection) -> str:
+    """Why a run found nothing to check, as the end of a ``nothing to check: ...`` line."""
+    if summary.scanned:
+        count = len(summary.scanned)
+        files = f"{count} file{'s' if count != 1 else ''} scanned"
+        if not summary.imported:
+            return f"{files}; none holds a custom gradient (markers: {', '.join(MARKERS)})"
+        return f"{files}, {len(summary.imported)} imported; none defines a custom-gradient function or layer"
+    return "no custom-gradient functions found"
+
+
+def listing(options: RunOptions) -> Listing:
     """What would be checked: each function with its signature and resolved shapes."""
     import inspect
 
     from gradcheck.inputs import plan_call
 
     entries = []
-    for planned in collect(options):
+    collected = collect(options)
+    for planned in collected.planned:
         request = request_for(planned, options)
         subject = request.subject
         function = subject.forward if subject.kind != "layer" else subject.obj.call
@@ -412,8 +547,10 @@ def listing(options: RunOptions) -> list[ListedFunction]:
         lines = _listed_inputs(request, plan)
         if subject.reaches:
             lines.append(f"reaches: {', '.join(subject.reaches)}")
+        if subject.aliases:
+            lines.append(f"also named: {', '.join(subject.aliases)} (checked once)")
         entries.append(ListedFunction(subject.id, subject.kind, str(signature), tuple(lines)))
-    return entries
+    return Listing(tuple(entries), collected.module_results, collected.summary)
 
 
 def _listed_inputs(request: CheckRequest, plan: CallPlan) -> list[str]:
@@ -455,21 +592,36 @@ class RunPlan:
     """The seed of the run, for the report's header."""
     fail_on: tuple[str, ...]
     """The statuses that fail the run."""
+    module_results: tuple[Result, ...] = ()
+    """The modules of a walk that failed to import: reported before the checks."""
+    collection: Collection | None = None
+    """What collection scanned, imported, excluded and failed to import."""
 
 
 def plan_run(options: RunOptions, on_import: Callable[[str], None] | None = None) -> RunPlan:
     """Collect the targets and build every check request; raise a UsageError for bad input."""
-    planned = collect(options, on_import=on_import)
-    requests = tuple(request_for(p, options) for p in planned)
+    collected = collect(options, on_import=on_import)
+    requests = tuple(request_for(p, options) for p in collected.planned)
     seed = requests[0].settings.seed if requests else int(options.overrides.get("seed", 0))
     strict = any(r.settings.strict for r in requests) or bool(options.overrides.get("strict"))
-    return RunPlan(requests=requests, seed=seed, fail_on=fail_on_statuses(options.fail_on, strict))
+    return RunPlan(
+        requests=requests,
+        seed=seed,
+        fail_on=fail_on_statuses(options.fail_on, strict),
+        module_results=collected.module_results,
+        collection=collected.summary,
+    )
 
 
 def check_one(request: CheckRequest) -> Result:
     """Check one planned function; what the user's code prints goes to standard error, never into a report."""
     with contextlib.redirect_stdout(sys.stderr):
-        return check_subject(request)
+        result = check_subject(request)
+    aliases = request.subject.aliases
+    if aliases:
+        names = ", ".join(aliases)
+        result = dataclasses.replace(result, notes=(*result.notes, f"checked once: the module also names it {names}"))
+    return result
 
 
 def run(

@@ -151,7 +151,18 @@ class WorkerCount:
         return self.parse(int(text) if text.strip().lstrip("-").isdigit() else text)
 
 
-Kind = Choice | Flag | Number | Statuses | FilePath | WorkerCount
+@dataclass(frozen=True)
+class Globs:
+    """Path globs (``tests/*``, ``*_test.py``): a list in the config, a repeated flag on the command line."""
+
+    def parse(self, value: Any) -> tuple[str, ...]:
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)) or not all(isinstance(item, str) and item.strip() for item in items):
+            raise InvalidValue(f'{value!r} must be a list of glob patterns, such as ["tests/*", "docs"]')
+        return tuple(items)
+
+
+Kind = Choice | Flag | Number | Statuses | FilePath | WorkerCount | Globs
 
 _POSITIVE = Number(False, 0, "must be a positive number", above=True, not_number="is not a number")
 
@@ -343,6 +354,16 @@ TABLE: tuple[Setting, ...] = (
         scope=RUN,
         short="-j",
         metavar="N|auto",
+    ),
+    Setting(
+        "exclude",
+        Globs(),
+        (),
+        "Leave files and folders matching GLOB out of directory and package walks (repeatable; "
+        "relative to the current folder, the config's relative to its own).",
+        scope=RUN,
+        metavar="GLOB",
+        multiple=True,
     ),
     Setting(
         "device",

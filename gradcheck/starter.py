@@ -16,7 +16,9 @@ from typing import Any
 
 from gradcheck.checking import guess_shapes
 from gradcheck.config import Settings
+from gradcheck.results import Result
 from gradcheck.session import RunOptions, collect, request_for
+from gradcheck.walk import Exclusion
 
 #: TOML keys that need no quotes.
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -71,11 +73,23 @@ class StarterEntry:
         return "layers" if self.kind == "layer" else "functions"
 
 
-def starter_entries(targets: tuple[str, ...], seed: int = 0) -> list[StarterEntry]:
-    """Every function and layer of ``targets``, with probed shapes or the reason there are none."""
-    options = RunOptions(targets=targets, overrides={"seed": seed})
+@dataclass(frozen=True)
+class Starter:
+    """What ``gradcheck init`` found: an entry per function and layer, and the modules that failed to import."""
+
+    entries: list[StarterEntry]
+    module_results: tuple[Result, ...] = ()
+
+
+def starter_entries(targets: tuple[str, ...], seed: int = 0, exclusions: tuple[Exclusion, ...] = ()) -> Starter:
+    """Every function and layer of ``targets``, with probed shapes or the reason there are none.
+
+    ``exclusions`` leave files out of the walks, as for ``gradcheck run``.
+    """
+    options = RunOptions(targets=targets, overrides={"seed": seed}, exclusions=exclusions)
     entries = []
-    for planned in collect(options, read_configs=False):
+    collected = collect(options, read_configs=False)
+    for planned in collected.planned:
         request = request_for(planned, options)
         subject = request.subject
         guess = guess_shapes(request)
@@ -111,7 +125,7 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0) -> list[StarterEntr
         floats = {a.spec.dtype for a in guess.plan.leaves if a.spec is not None and a.spec.differentiable}
         dtype = floats.pop() if len(floats) == 1 and request.settings.dtype not in floats else None
         entries.append(StarterEntry(kind=subject.kind, name=subject.name, id=subject.id, inputs=inputs, dtype=dtype))
-    return entries
+    return Starter(entries, collected.module_results)
 
 
 def _called(subject: Any) -> Any:

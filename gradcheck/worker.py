@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from gradcheck.errors import UsageError
-from gradcheck.results import Problem, Result, RunReport
+from gradcheck.results import Collection, Problem, Result, RunReport
 from gradcheck.run import Abandoned, check_all
 
 #: How often (seconds) the parent looks at the worker's memory while it waits.
@@ -118,6 +118,10 @@ class Planned:
     functions: tuple[PlannedFunction, ...]
     seed: int
     fail_on: tuple[str, ...]
+    module_results: tuple[Result, ...] = ()
+    """The modules of a walk that failed to import: reported before the checks."""
+    collection: Collection | None = None
+    """What collection scanned, imported, excluded and failed to import."""
 
 
 @dataclass(frozen=True)
@@ -792,6 +796,8 @@ def _plan_and_check(job: Job, commands: Connection, replies: Connection) -> None
             ),
             seed=plan.seed,
             fail_on=plan.fail_on,
+            module_results=plan.module_results,
+            collection=plan.collection,
         )
     )
     while True:

@@ -173,7 +173,7 @@ def test_json_report_has_the_contract_keys(project: Path) -> None:
     write(project, "ops.py", BAD)
     write(project, "gradcheck.toml", "[functions.square]\ninputs = { x = [3, 2] }\n")
     document = run_json("ops.py")
-    assert set(document) == {"gradcheck", "seed", "exit_code", "summary", "results"}
+    assert set(document) == {"gradcheck", "seed", "exit_code", "summary", "results", "collection"}
     result = document["results"][0]
     assert {"id", "name", "kind", "status", "dtype", "inputs", "problems", "seconds"} <= set(result)
     assert result["id"] == "ops.py::square"

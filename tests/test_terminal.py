@@ -169,6 +169,6 @@ def test_bad_maxfail(project: Path, value: str) -> None:
 def test_json_report_keeps_its_contract_with_the_new_keys(project: Path) -> None:
     _mixed(project)
     document = json.loads(invoke("run", "ops.py", "--format", "json").stdout)
-    assert set(document) == {"gradcheck", "seed", "exit_code", "summary", "results"}
+    assert set(document) == {"gradcheck", "seed", "exit_code", "summary", "results", "collection"}
     error = next(r for r in document["results"] if r["name"] == "raises")
     assert "traceback" not in error["problems"][0]  # tracebacks are for -v and JUnit, not JSON

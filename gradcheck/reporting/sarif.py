@@ -51,6 +51,10 @@ _RULE_TEXT = {
         "The function gives different results eagerly and inside tf.function.",
     ),
     "exception": ("The function raised", "The function or its backward function raised an exception."),
+    "import": (
+        "Module failed to import",
+        "A module that a directory or package walk brought in could not be imported or read.",
+    ),
 }
 
 

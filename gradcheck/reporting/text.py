@@ -12,7 +12,7 @@ from rich.text import Text
 from gradcheck.reporting import RenderOptions
 from gradcheck.reporting.heatmap import PLAIN_RAMP, REFERENCE_NAMES, Grid, layout, level, pictured_problems
 from gradcheck.reporting.safe_text import cell, shown
-from gradcheck.results import Problem, Result, RunReport, format_shape
+from gradcheck.results import Collection, Problem, Result, RunReport, format_shape
 
 #: The largest heat map drawn in the terminal, in cells (two characters each).
 HEATMAP_ROWS = 16
@@ -62,7 +62,7 @@ def summary_line(report: RunReport) -> str:
         if counts[status]
     ]
     if not parts:
-        parts = ["nothing checked"]
+        parts = ["nothing checked" + _why_nothing(report.collection)]
     line = ", ".join(parts) + f" in {report.seconds:.2f}s"
     left = f": {len(report.not_checked)} not checked" if report.not_checked else ""
     if report.interrupted:
@@ -71,6 +71,50 @@ def summary_line(report: RunReport) -> str:
         plural = "s" if report.maxfail != 1 else ""
         line += f" (stopped after {report.maxfail} failure{plural}{left})"
     return line
+
+
+def _why_nothing(collection: Collection | None) -> str:
+    if collection is None or not collection.scanned:
+        return ""
+    count = len(collection.scanned)
+    if not collection.imported:
+        return f" ({count} file{'s' if count != 1 else ''} scanned; none holds a custom gradient)"
+    return f" ({count} scanned, {len(collection.imported)} imported; none defines a custom gradient)"
+
+
+def _counted(count: int, what: str) -> str:
+    return f"{count} {what}" if what != "file" else f"{count} file{'s' if count != 1 else ''}"
+
+
+def collection_line(collection: Collection) -> str:
+    """``collection: 223 files scanned, 2 imported, 12 excluded, 1 failed to import``."""
+    parts = []
+    if collection.scanned:
+        parts.append(f"{_counted(len(collection.scanned), 'file')} scanned")
+    parts.append(f"{len(collection.imported)} imported")
+    if collection.excluded:
+        parts.append(f"{len(collection.excluded)} excluded")
+    if collection.failed:
+        parts.append(f"{len(collection.failed)} failed to import")
+    if collection.not_regular:
+        parts.append(f"{len(collection.not_regular)} not regular files (not opened)")
+    return "collection: " + ", ".join(parts)
+
+
+def collection_lists(collection: Collection, verbosity: int) -> list[str]:
+    """With ``-v``, the paths behind each count of :func:`collection_line`; ``-vv`` adds those not imported."""
+    if verbosity < 1:
+        return []
+    lists = [
+        ("imported", collection.imported),
+        ("excluded", collection.excluded),
+        ("failed to import", collection.failed),
+        ("not regular files", collection.not_regular),
+    ]
+    if verbosity >= 2:
+        imported = set(collection.imported) | set(collection.failed)
+        lists.append(("scanned, not imported", tuple(p for p in collection.scanned if p not in imported)))
+    return [f"  {label}: {path}" for label, paths in lists for path in paths]
 
 
 def result_line(result: Result) -> Text:
@@ -203,20 +247,20 @@ def _render_details(result: Result, console: Console, verbosity: int) -> None:
     verbose = verbosity > 0
     if result.status == "skipped" and result.skip_reason:
         console.print(Text(indent + shown(result.skip_reason), style="yellow"), soft_wrap=True)
-    if result.problems:
+    # A module that failed to import has one problem, and no inputs or numbers to tabulate.
+    module = result.kind == "module"
+    if result.problems and not module:
         console.print(Padding(problem_table(result.problems), (0, 0, 0, len(indent)), expand=False), crop=False)
-        for problem in result.problems:
-            head = f"{indent}{shown(problem.input or result.name)} ({problem.check}): "
-            console.print(Text(head, style="bold") + Text(shown(problem.message)), soft_wrap=True)
-            if problem.hint:
-                console.print(Text(f"{indent}  hint: ", style="cyan") + Text(shown(problem.hint)), soft_wrap=True)
-            if verbose and problem.traceback:
-                lines = problem.traceback.rstrip("\n").splitlines()
-                console.print(
-                    Text("\n".join(f"{indent}  | {shown(line)}" for line in lines), style="dim"), soft_wrap=True
-                )
-        if verbosity >= 0:
-            _render_heat_maps(result, console, indent)
+    for problem in result.problems:
+        head = Text("" if module else f"{shown(problem.input or result.name)} ({problem.check}): ", style="bold")
+        console.print(Text(indent) + head + Text(shown(problem.message)), soft_wrap=True)
+        if problem.hint:
+            console.print(Text(f"{indent}  hint: ", style="cyan") + Text(shown(problem.hint)), soft_wrap=True)
+        if verbose and problem.traceback:
+            lines = problem.traceback.rstrip("\n").splitlines()
+            console.print(Text("\n".join(f"{indent}  | {shown(line)}" for line in lines), style="dim"), soft_wrap=True)
+    if result.problems and not module and verbosity >= 0:
+        _render_heat_maps(result, console, indent)
     if verbose and result.inputs:
         console.print(Padding(input_table(result), (0, 0, 0, len(indent)), expand=False))
     if result.notes and (verbose or result.status != "passed"):
@@ -243,13 +287,21 @@ def render_text(report: RunReport, console: Console, verbosity: int = 0) -> None
     quiet = verbosity < 0
     if not quiet:
         console.print(
-            Text(f"gradcheck {report.version}, seed {report.seed}, {len(report.results)} checked", style="bold")
+            Text(f"gradcheck {report.version}, seed {report.seed}, {_checked_count(report)} checked", style="bold")
         )
+        if report.collection is not None:
+            console.print(Text(shown(collection_line(report.collection)), style="dim"), soft_wrap=True)
+            for line in collection_lists(report.collection, verbosity):
+                console.print(Text(shown(line), style="dim"), soft_wrap=True)
     for result in report.results:
         if quiet and result.status not in ("failed", "error") and result.status not in report.fail_on:
             continue
         render_result(result, console, verbosity)
     console.print(Text(summary_line(report), style="bold"), soft_wrap=True)
+
+
+def _checked_count(report: RunReport) -> int:
+    return sum(1 for result in report.results if result.kind != "module")
 
 
 def plain_console(buffer: io.StringIO, width: int = 100) -> Console:
