@@ -154,7 +154,15 @@ def _config_path(location: Path, config_path: Path | None) -> Path | None:
 
 
 def _config_for(location: Path, options: RunOptions, cache: dict[Path | None, Config]) -> Config:
-    """The config that applies to a file, read once per run."""
+    """The config that applies to a file, read once per run.
+
+    A file outside the current folder (an installed package's, named by its
+    dotted name) takes the current folder's config: the project checking it.
+    """
+    cwd = Path.cwd().resolve()
+    resolved = location.resolve()
+    if resolved.exists() and resolved != cwd and cwd not in resolved.parents:
+        location = cwd
     path = _config_path(location, options.config_path)
     if path not in cache:
         cache[path] = read_config_file(path, options.dims) if path is not None else Config(dims=dict(options.dims))

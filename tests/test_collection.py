@@ -346,6 +346,10 @@ def test_an_installed_package_by_name_is_walked_from_any_folder(
     assert report["exit_code"] == 1
     assert [r["name"] for r in report["results"]] == ["square"]
     assert report["collection"]["scanned"]["count"] == 4
+    # The project checking an installed package configures it from its own folder.
+    write(project, "gradcheck.toml", "[functions.square]\ninputs = { x = [5] }\n")
+    [result] = run_json("installed_pkg")["results"]
+    assert result["inputs"][0]["shape"] == [5]
 
 
 def test_a_local_file_shadowing_a_standard_module_is_what_a_dotted_target_means(project: Path) -> None:
