@@ -393,8 +393,19 @@ def test_an_alias_is_checked_once_with_a_note(project: Path) -> None:
 def test_a_re_export_in_init_is_checked_once_under_its_defining_module(project: Path) -> None:
     write(project, "pkg/__init__.py", "from .core import square\nfrom .core import square as also_square\n")
     write(project, "pkg/core.py", CUSTOM)
+    write(project, "pkg/sibling.py", "from .core import square\n\nVALUE = square\n")
     report = run_json(".")
     assert [r["id"] for r in report["results"]] == ["pkg/core.py::square"]
+
+
+def test_modules_of_the_same_name_in_different_folders_are_each_checked(project: Path) -> None:
+    write(project, "one/ops.py", CUSTOM)
+    write(project, "two/ops.py", WRONG)
+    report = run_json(".")
+    assert {r["id"]: r["status"] for r in report["results"]} == {
+        "one/ops.py::square": "passed",
+        "two/ops.py::square": "failed",
+    }
 
 
 # -- the text report's collection line -----------------------------------------------------------
