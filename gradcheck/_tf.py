@@ -127,7 +127,9 @@ FLAG_NAMES = (
     "soft_device_placement",
     "op_determinism",
     "jit",
+    "check_numerics",
     "keras_floatx",
+    "keras_dtype_policy",
 )
 
 
@@ -144,11 +146,20 @@ def global_flags() -> dict[str, Any]:
         # Not exported under tf.config, but the switch enable_op_determinism() flips.
         "op_determinism": tf_config.is_op_determinism_enabled(),
         "jit": tf.config.optimizer.get_jit(),
+        "check_numerics": _check_numerics_enabled(),
     }
     keras = _keras_config()
     if keras is not None:
         flags["keras_floatx"] = keras.floatx()
+        flags["keras_dtype_policy"] = _keras_policy_setting()
     return flags
+
+
+def _check_numerics_enabled() -> bool:
+    """Whether ``tf.debugging.enable_check_numerics()`` is in force (it has no getter of its own)."""
+    from tensorflow.python.debug.lib import check_numerics_callback
+
+    return hasattr(check_numerics_callback._state, "check_numerics_callback")
 
 
 def set_global_flags(flags: dict[str, Any]) -> None:
@@ -177,10 +188,34 @@ def set_global_flags(flags: dict[str, Any]) -> None:
             tf_config.disable_op_determinism()
     if "jit" in changed:
         tf.config.optimizer.set_jit(changed["jit"])
-    if "keras_floatx" in changed:
-        keras = _keras_config()
-        if keras is not None:
-            keras.set_floatx(changed["keras_floatx"])
+    if "check_numerics" in changed:
+        if changed["check_numerics"]:
+            tf.debugging.enable_check_numerics()
+        else:
+            tf.debugging.disable_check_numerics()
+    keras = _keras_config()
+    if keras is not None and "keras_floatx" in changed:
+        keras.set_floatx(changed["keras_floatx"])
+    if keras is not None and "keras_dtype_policy" in changed:
+        _set_keras_policy_setting(changed["keras_dtype_policy"])
+
+
+def _keras_policy_setting() -> Any:
+    """The global dtype policy as set, None when unset.
+
+    Not ``keras.config.dtype_policy()``: unset, that makes a fresh policy from
+    ``floatx`` on every call, and setting it back would pin the policy to
+    that ``floatx`` for good.
+    """
+    from keras.src.backend.common import global_state
+
+    return global_state.get_global_attribute("dtype_policy", None)
+
+
+def _set_keras_policy_setting(policy: Any) -> None:
+    from keras.src.backend.common import global_state
+
+    global_state.set_global_attribute("dtype_policy", policy)
 
 
 def _keras_config() -> Any:

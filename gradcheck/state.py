@@ -5,7 +5,8 @@ what every later check sees: ``sys.path``, ``sys.modules``, the current
 directory, the environment, the random states of ``random``, numpy and
 TensorFlow, TensorFlow's global switches (eager mode,
 ``run_functions_eagerly``, TF32, soft device placement, op determinism, XLA,
-Keras's ``floatx``), warnings filters, the standard streams, the Ctrl-C
+check-numerics, Keras's ``floatx`` and dtype policy), numpy's error
+state (``np.seterr``), warnings filters, the standard streams, the Ctrl-C
 handler, and the values of its own variables. A :class:`Snapshot` records
 all of that; :meth:`Snapshot.restore` puts it back.
 
@@ -66,6 +67,9 @@ class Snapshot:
     environ: dict[str, str]
     python_random: Any
     numpy_random: Any
+    numpy_errors: dict[str, str]
+    """``np.seterr``'s state: put back after a module, never applied to its checks (gradcheck's own
+    arithmetic runs between the user's calls, under an error state of its own)."""
     warning_filters: list[Any]
     streams: tuple[Any, Any, Any]
     sigint: Any
@@ -84,6 +88,7 @@ class Snapshot:
         self._restore_environ()
         random.setstate(self.python_random)
         np.random.set_state(self.numpy_random)
+        np.seterr(**self.numpy_errors)
         if warnings.filters != self.warning_filters:
             warnings.filters[:] = self.warning_filters
             # What warnings.simplefilter calls, so the registries' caches are invalidated.
@@ -196,6 +201,7 @@ def capture(roots: Iterable[Path | str] = ()) -> Snapshot:
         environ=dict(os.environ),
         python_random=random.getstate(),
         numpy_random=np.random.get_state(),
+        numpy_errors=np.geterr(),
         warning_filters=list(warnings.filters),
         streams=(sys.stdout, sys.stderr, sys.stdin),
         sigint=signal.getsignal(signal.SIGINT),
