@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from gradcheck.errors import UsageError
-from gradcheck.report_files import check_writable, write_atomically
+from gradcheck.report_files import check_writable, write_atomically, write_report
 from gradcheck.reporting.safe_text import shown
 from gradcheck.results import VERSION, ExitCode
 from gradcheck.settings import BY_NAME, TABLE, Choice, FilePath, Flag, InvalidValue, Setting, Statuses, WorkerCount
@@ -499,7 +499,7 @@ def _emit(report: Any, reports: list[tuple[str, Path | None]], verbosity: int, c
         summary = render_summary(report)
     for _, path, document in documents:
         if path is not None:
-            write_atomically(path, document)
+            write_report(path, document)
     stdout_document = next(((f, d) for f, p, d in documents if p is None), None)
     if stdout_document is None or stdout_document[0] == "text":
         # The text report goes to the terminal, in colour where allowed, whatever the files hold.

@@ -558,3 +558,21 @@ def test_report_files_follow_the_umask(tmp_path: Path, umask: int, mode: int) ->
     finally:
         os.umask(earlier)
     assert stat.S_IMODE((tmp_path / "report.json").stat().st_mode) == mode
+
+
+def _char_device(path: Path) -> Path:
+    """A copy of /dev/null (character device 1,3) at ``path``; the test is skipped where it cannot be made."""
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except (PermissionError, OSError) as error:
+        pytest.skip(f"cannot make a device node here: {error}")
+    return path
+
+
+def test_a_report_at_a_device_node_is_written_to_the_device_not_over_it(project: Path) -> None:
+    (project / "ops.py").write_text(textwrap.dedent(STATUSES), encoding="utf-8")
+    device = _char_device(project / "null")
+    result = invoke("run", "ops.py", "--format", "json", "-o", str(device))
+    assert result.exit_code == 1, result.stdout + result.stderr
+    assert stat.S_ISCHR(device.lstat().st_mode) and device.lstat().st_rdev == os.makedev(1, 3)
+    assert sorted(path.name for path in project.iterdir() if path.name.startswith(".")) == []  # no temporary file
