@@ -294,9 +294,9 @@ def load_module(path: Path) -> ModuleType:
             raise TargetError(
                 f"{_user_frame(error, path)}: import failed: {error}; install the missing module or fix the import"
             ) from error
-        except KeyboardInterrupt:
-            raise
         except BaseException as error:  # the user's module-level code raised anything at all
+            if tracebacks.is_ctrl_c(error):
+                raise
             raise TargetError(
                 f"{_user_frame(error, path)}: importing the module raised {type(error).__name__}: {error}"
             ) from error

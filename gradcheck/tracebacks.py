@@ -7,6 +7,7 @@ the user, as pytest hides its own frames.
 
 from __future__ import annotations
 
+import signal
 import traceback
 from pathlib import Path
 from types import TracebackType
@@ -52,3 +53,18 @@ def from_user_frame(error: BaseException, path: str | Path | None) -> TracebackT
             return current
         current = current.tb_next
     return tb
+
+
+def is_ctrl_c(error: BaseException) -> bool:
+    """Whether ``error`` may be a real Ctrl-C of this process, rather than something the user's code raised.
+
+    A ``KeyboardInterrupt`` can only come from Ctrl-C where SIGINT is not
+    ignored; the worker ignores it (its parent alone decides what a Ctrl-C
+    stops), so there every ``KeyboardInterrupt`` is the user's own ``raise``.
+    """
+    if not isinstance(error, KeyboardInterrupt):
+        return False
+    try:
+        return signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    except ValueError:  # pragma: no cover - no signals here (a sub-interpreter)
+        return True

@@ -205,6 +205,62 @@ def test_every_function_is_checked_whatever_the_others_do(faults: Path) -> None:
     assert report["exit_code"] == 1
 
 
+BASE_EXCEPTIONS = """
+    import tensorflow as tf
+
+    class Unusual(BaseException):
+        pass
+
+    @tf.custom_gradient
+    def forward_interrupts(x):
+        raise KeyboardInterrupt
+
+    @tf.custom_gradient
+    def backward_interrupts(x):
+        def grad(dy):
+            raise KeyboardInterrupt("from the backward pass")
+        return x * x, grad
+
+    @tf.custom_gradient
+    def raises_a_base_exception(x):
+        raise Unusual("not an Exception")
+
+    @tf.custom_gradient
+    def square(x):
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+"""
+
+
+def test_a_keyboard_interrupt_or_base_exception_from_the_users_code_is_an_error_result(project: Path) -> None:
+    write(project, "base.py", BASE_EXCEPTIONS)
+    names = ("forward_interrupts", "backward_interrupts", "raises_a_base_exception", "square")
+    write(project, "gradcheck.toml", "".join(f"[functions.{n}]\ninputs = {{ x = [3] }}\n" for n in names))
+    result = invoke("run", "base.py", "--format", "json")
+    assert result.exit_code == 1, result.stderr
+    results = by_name(json.loads(result.stdout))
+    assert {name: results[name]["status"] for name in names} == {
+        "forward_interrupts": "error",
+        "backward_interrupts": "error",
+        "raises_a_base_exception": "error",
+        "square": "passed",
+    }
+    assert "KeyboardInterrupt" in results["forward_interrupts"]["problems"][0]["message"]
+    assert "from the backward pass" in results["backward_interrupts"]["problems"][0]["message"]
+    assert "Unusual: not an Exception" in results["raises_a_base_exception"]["problems"][0]["message"]
+    assert "Traceback" not in result.stderr
+
+
+def test_a_keyboard_interrupt_at_import_is_a_usage_error(project: Path) -> None:
+    write(project, "stops.py", "import tensorflow as tf\nraise KeyboardInterrupt\n")
+    result = invoke("run", "stops.py")
+    assert result.exit_code == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gradcheck: error: stops.py:2")
+    assert "KeyboardInterrupt" in lines[0]
+
+
 # -- functions that never return, allocate without bound, or end the process ------------------
 
 SLOW = """

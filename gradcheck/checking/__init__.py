@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from gradcheck import _tf, state
+from gradcheck import _tf, state, tracebacks
 from gradcheck.checking import audit, diagnose, reaching, verdict
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
 from gradcheck.checking.prepare import (
@@ -531,6 +531,11 @@ def check_subject(request: CheckRequest) -> Result:
             status = "error"
             message = f"the function called sys.exit({exit_.code!r})"
             findings.problems.append(exception_problem(message, exit_, subject.path, described=False))
+        except BaseException as error:  # KeyboardInterrupt or another BaseException the user's code raised
+            if tracebacks.is_ctrl_c(error) or isinstance(error, GeneratorExit):
+                raise
+            status = "error"
+            findings.problems.append(exception_problem("the function raised", error, subject.path))
     return Result(
         id=subject.id,
         name=subject.name,
