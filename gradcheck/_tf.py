@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from gradcheck.errors import TensorFlowMissing
@@ -321,9 +322,35 @@ class CustomGradientParts:
     """The ``input_signature`` of an enclosing ``tf.function``, if any."""
 
 
+def attribute(obj: Any, name: str, default: Any = None) -> Any:
+    """``getattr(obj, name, default)`` for any object a user's module holds, without its side effects.
+
+    A module's attributes are read from its ``__dict__`` alone: asking a
+    ``LazyLoader`` (TensorFlow's, TFP's) or a module-level ``__getattr__``
+    for anything else imports what it stands for, and an optional dependency
+    that is not installed then raises ``ModuleNotFoundError``. Any other
+    object's ``__getattr__`` or property may raise anything: that object just
+    does not have the attribute.
+    """
+    if isinstance(obj, ModuleType):
+        return vars(obj).get(name, default)
+    try:
+        return getattr(obj, name, default)
+    except Exception:
+        return default
+
+
+_MISSING = object()
+
+
+def has_attribute(obj: Any, name: str) -> bool:
+    """``hasattr`` with the guarantees of :func:`attribute`."""
+    return attribute(obj, name, _MISSING) is not _MISSING
+
+
 def _decorator_chain(obj: Any) -> tuple[list[Any], Any]:
     """``tf_decorator.unwrap`` without importing TensorFlow for plain objects."""
-    if getattr(obj, "_tf_decorator", None) is None:
+    if attribute(obj, "_tf_decorator") is None:
         return [], obj
     from tensorflow.python.util import tf_decorator
 
@@ -414,7 +441,9 @@ def wrapper_parts(obj: Any) -> tuple[str, Callable[..., Any]] | None:
 
 def is_tf_own(obj: Any) -> bool:
     """True for TensorFlow's own decorators imported into a user's namespace."""
-    module = getattr(obj, "__module__", "") or ""
+    module = attribute(obj, "__module__", "") or ""
+    if not isinstance(module, str):
+        return False
     return module.startswith(("tensorflow", "keras", "tf_keras"))
 
 

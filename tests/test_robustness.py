@@ -261,6 +261,37 @@ def test_a_keyboard_interrupt_at_import_is_a_usage_error(project: Path) -> None:
     assert "KeyboardInterrupt" in lines[0]
 
 
+ODD_GLOBALS = """
+    import tensorflow as tf
+    from tensorflow.python.util.lazy_loader import LazyLoader
+
+    optional = LazyLoader("optional", globals(), "a_dependency_that_is_not_installed")
+
+    class Touchy:
+        def __getattr__(self, name):
+            raise RuntimeError(f"nobody may ask for {name}")
+
+        def __call__(self, *args):
+            return args
+
+    touchy = Touchy()
+
+    @tf.custom_gradient
+    def square(x):
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+"""
+
+
+def test_discovery_triggers_no_lazy_import_and_survives_any_object(project: Path) -> None:
+    write(project, "odd.py", ODD_GLOBALS)
+    write(project, "gradcheck.toml", "[functions.square]\ninputs = { x = [3] }\n")
+    result = invoke("run", "odd.py", "--format", "json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert list(by_name(json.loads(result.stdout))) == ["square"]
+
+
 # -- functions that never return, allocate without bound, or end the process ------------------
 
 SLOW = """
