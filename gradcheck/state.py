@@ -52,6 +52,9 @@ from gradcheck import _tf
 #: matmuls (on by default on Ampere and later GPUs) would make float32 gradients inexact.
 PINNED_FLAGS = {"eager": True, "run_functions_eagerly": False, "tensor_float_32": False}
 
+#: numpy's default error state, the one gradcheck's own arithmetic runs under during a check.
+NUMPY_ERRORS = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
+
 _GRADCHECK_DIR = str(Path(__file__).resolve().parent)
 
 

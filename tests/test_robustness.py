@@ -18,11 +18,12 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import gradcheck
 from gradcheck import worker
-from tests.helpers import blamed, by_name, interrupt_once_started, invoke, run_json, write
+from tests.helpers import blamed, by_name, interrupt_once_started, invoke, load_copy, run_json, write
 
 FAULTS = """
     import sys
@@ -290,6 +291,47 @@ def test_discovery_triggers_no_lazy_import_and_survives_any_object(project: Path
     result = invoke("run", "odd.py", "--format", "json")
     assert result.exit_code == 0, result.stdout + result.stderr
     assert list(by_name(json.loads(result.stdout))) == ["square"]
+
+
+RAISES_ON_FLOAT_ERRORS = """
+    import numpy as np
+    import tensorflow as tf
+
+    np.seterr(all="raise")
+
+    @tf.custom_gradient
+    def tiny(x):
+        def grad(dy):
+            return dy * 1e-160
+        return x * 1e-160, grad
+"""
+
+
+def test_numpy_raising_on_float_errors_in_a_module_changes_no_verdict(project: Path) -> None:
+    write(project, "strict.py", RAISES_ON_FLOAT_ERRORS)
+    write(
+        project,
+        "after.py",
+        RAISES_ON_FLOAT_ERRORS.replace("def tiny(", "def tiny_after(").replace('np.seterr(all="raise")', ""),
+    )
+    write(
+        project,
+        "gradcheck.toml",
+        "[functions.tiny]\ninputs = { x = [8] }\n[functions.tiny_after]\ninputs = { x = [8] }\n",
+    )
+    result = invoke("run", "strict.py", "after.py", "--format", "json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert {r["name"]: r["status"] for r in report["results"]} == {"tiny": "passed", "tiny_after": "passed"}
+
+
+def test_gradchecks_arithmetic_runs_under_its_own_numpy_error_state(project: Path) -> None:
+    with np.errstate():  # the module's np.seterr must not outlive the test
+        module = load_copy(write(project, "strict.py", RAISES_ON_FLOAT_ERRORS))
+    with np.errstate(all="raise"):  # as a caller's conftest may set it
+        result = gradcheck.check(module.tiny, inputs={"x": (8,)})
+        assert np.geterr()["under"] == "raise"
+    assert result.status == "passed", result.problems
 
 
 # -- functions that never return, allocate without bound, or end the process ------------------

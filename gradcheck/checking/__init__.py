@@ -513,6 +513,9 @@ def _checking(request: CheckRequest) -> Iterator[None]:
         variables = state.reachable_variables(subject.module, extra=(subject.obj, subject.forward))
         with (
             state.variables_preserved(variables),
+            # gradcheck's arithmetic (squares of tiny differences, ratios of zeros) is written for
+            # numpy's default error state; a caller's or module's np.seterr(all="raise") is not its own.
+            np.errstate(**state.NUMPY_ERRORS),
             _tf.quiet_logs(),
             tf.device(_tf.device_name(request.settings.device)),
         ):
