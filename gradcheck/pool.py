@@ -25,7 +25,6 @@ TensorFlow's import (seconds) is paid once in wall-clock time.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import threading
@@ -149,9 +148,8 @@ class _Slot:
         """Kill the worker now (from the calling thread): its check ends as an error nobody reads."""
         worker = self.runner.worker
         if worker is not None:
-            # The process only: the slot's thread, reading its pipes, finds it dead and closes them.
-            with contextlib.suppress(OSError):
-                worker.process.kill()
+            # The processes only: the slot's thread, reading its pipes, finds them dead and closes them.
+            worker.kill_group()
 
 
 class _Dispatcher:

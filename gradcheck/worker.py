@@ -29,6 +29,12 @@ what is checked next (``--maxfail``, Ctrl-C). What the worker (the user's
 code, TensorFlow) writes to its standard output or error arrives on a third
 pipe and is passed on to the parent's standard error, never into a report.
 
+Every process the user's code starts ends with the check that started it
+(one started by a module's import, with the run): the worker is a session
+and process group of its own and the subreaper of its orphans, kills what a
+check left after it, and is killed with all of it after a timeout. A copy of
+the worker made by the user's ``os.fork()`` never talks to the parent.
+
 A worker whose run ended cleanly waits for the next run of the same parent
 process (a test suite, an IDE), which then pays TensorFlow's import once; its
 state is put back after every run (:mod:`gradcheck.state`).
@@ -183,6 +189,40 @@ def resident_megabytes(pid: int) -> float | None:
     return None
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, theirs, ...), read from ``/proc`` (Linux; elsewhere none)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+                parent = int(stat.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found: list[int] = []
+    queue = list(children.get(pid, []))
+    while queue:
+        child = queue.pop()
+        if child not in found:
+            found.append(child)
+            queue.extend(children.get(child, []))
+    return found
+
+
+def kill_processes(pids: list[int]) -> None:
+    """SIGKILL each of ``pids`` that is still there."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def default_max_memory() -> int | None:
     """Half the machine's memory in MB (where ``/proc/meminfo`` tells it), else no bound."""
     try:
@@ -229,6 +269,10 @@ class Worker:
                 stdout=reply_write,
                 stderr=subprocess.PIPE,
                 close_fds=True,
+                # A session of its own: the worker and whatever the user's code starts are one
+                # process group, stopped as a whole (kill_group), and the terminal's Ctrl-C or a
+                # CI runner's group SIGTERM reaches the parent alone, which decides what stops.
+                start_new_session=True,
             )
         finally:
             os.close(command_read)
@@ -284,10 +328,18 @@ class Worker:
         self._synced.wait(timeout=5)
         self._synced.clear()
 
-    def kill(self) -> None:
-        """Stop the worker now, whatever it is doing."""
+    def kill_group(self) -> None:
+        """SIGKILL the worker and every process below it, its process group and any that left it."""
+        below = descendants(self.process.pid)
+        with contextlib.suppress(OSError):
+            os.killpg(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             self.process.kill()
+        kill_processes(below)
+
+    def kill(self) -> None:
+        """Stop the worker now, whatever it is doing, with every process the user's code started."""
+        self.kill_group()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
         for connection in (self.commands, self.replies):
@@ -304,7 +356,7 @@ class Worker:
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            self.kill_group()
         with contextlib.suppress(OSError):
             self.replies.close()
 
@@ -499,8 +551,9 @@ class _Run:
             self.worker.send(Check(self.positions[function.id]))
             message = self.worker.receive(deadline, self.max_memory)
         except _Stopped as stopped:
+            seconds = time.monotonic() - start  # before the kill, which may wait for the output pipe
             self.discard_worker()
-            return _stopped_result(function, stopped, time.monotonic() - start, self.max_memory)
+            return _stopped_result(function, stopped, seconds, self.max_memory)
         if isinstance(message, Finished) and message.index == self.positions[function.id]:
             return message.result
         self.end_after_failure(message)
@@ -699,11 +752,49 @@ def _die_with_parent() -> None:
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
+def _become_subreaper() -> None:
+    """Ask Linux to make this process the parent of its orphaned descendants, so that none escapes
+    :func:`_end_user_processes` by a double fork."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        pr_set_child_subreaper = 36
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1)
+
+
+#: The worker's own process id: a copy made by the user's os.fork() is not the worker.
+_WORKER_PID = os.getpid()
+
+
+def _end_user_processes(keep: frozenset[int] = frozenset()) -> None:
+    """Kill every process the user's code started (a ``subprocess``, a daemon, a forked copy), but ``keep``.
+
+    ``keep``: the processes there before the check began (started by a module's import, which its
+    functions may use); they end with the job.
+    """
+    if os.getpid() != _WORKER_PID:
+        os._exit(0)  # a copy of the worker forked by the user's code: it must not talk to the parent
+    ended = [pid for pid in descendants(_WORKER_PID) if pid not in keep]
+    kill_processes(ended)
+    for pid in ended:  # the children among them (orphans come to the subreaper): no zombies left
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, 0)
+
+
+def _user_processes() -> frozenset[int]:
+    return frozenset(descendants(_WORKER_PID))
+
+
 def serve() -> None:
     """The worker's main loop: take jobs from standard input, answer on standard output, until input ends."""
+    global _WORKER_PID
     # Ctrl-C reaches the whole process group; the parent alone decides what it stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER_PID = os.getpid()
     _die_with_parent()
+    _become_subreaper()
     commands = Connection(os.dup(0), writable=False)
     replies = Connection(os.dup(1), readable=False)
     # Whatever the user's code or TensorFlow prints, even from C, goes to the output pipe.
@@ -731,6 +822,8 @@ def _serve_job(job: Job, commands: Connection, replies: Connection) -> None:
         sys.path[:] = saved_path
         os.environ.clear()
         os.environ.update(saved_environ)
+        # What the modules' imports started ends with the job, as the modules themselves.
+        _end_user_processes()
         # An idle worker needs no directory of its own, and the job's may be gone by the next job.
         os.chdir(os.sep)
         with contextlib.suppress(Exception):
@@ -799,10 +892,13 @@ def _plan_and_check(job: Job, commands: Connection, replies: Connection) -> None
         if isinstance(command, End):
             return
         if isinstance(command, Check):
+            before = _user_processes()
             try:
                 result = session.check_one(plan.requests[command.index])
+                _end_user_processes(before)
                 replies.send(Finished(command.index, result))
             except Exception:  # a bug in gradcheck (results are plain records, and pickle)
+                _end_user_processes(before)
                 replies.send(Crashed(traceback.format_exc()))
 
 

@@ -10,6 +10,7 @@ the process; Ctrl-C through a real ``gradcheck`` subprocess.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 import subprocess
@@ -464,6 +465,90 @@ def test_a_module_whose_import_never_ends_is_a_usage_error_after_the_timeout(pro
         "gradcheck: error: hangs.py: importing the module did not finish within 3 s (--timeout); "
         "move slow work out of module level, or raise --timeout"
     ]
+
+
+SPAWNS = """
+    import os
+    import subprocess
+    import time
+
+    import tensorflow as tf
+
+    HERE = os.path.dirname(os.path.abspath(__file__))
+
+    def _record(pid):
+        with open(os.path.join(HERE, "pids"), "a") as pids:
+            pids.write(f"{pid}\\n")
+
+    @tf.custom_gradient
+    def starts_a_process(x):
+        _record(subprocess.Popen(["sleep", "300"]).pid)
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+
+    @tf.custom_gradient
+    def starts_one_and_hangs(x):
+        _record(subprocess.Popen(["sleep", "300"], start_new_session=True).pid)
+        time.sleep(60)
+        return x, lambda dy: dy
+
+    @tf.custom_gradient
+    def forks(x):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(300)  # a copy of the checker, left to run on
+        else:
+            _record(pid)
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+
+    @tf.custom_gradient
+    def cube(x):
+        def grad(dy):
+            return 3.0 * x * x * dy
+        return x * x * x, grad
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_every_process_a_check_starts_ends_with_it(project: Path) -> None:
+    write(project, "spawns.py", SPAWNS)
+    names = ("starts_a_process", "starts_one_and_hangs", "forks", "cube")
+    write(project, "gradcheck.toml", "".join(f"[functions.{n}]\ninputs = {{ x = [3] }}\n" for n in names))
+    try:
+        process = subprocess.run(
+            [sys.executable, "-m", "gradcheck", "run", "spawns.py", "--timeout", "5", "--format", "json"],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert process.returncode == 1, process.stderr
+        results = by_name(json.loads(process.stdout))
+        assert {name: results[name]["status"] for name in names} == {
+            "starts_a_process": "passed",
+            "starts_one_and_hangs": "error",
+            "forks": "passed",
+            "cube": "passed",
+        }
+        assert results["starts_one_and_hangs"]["problems"][0]["message"].startswith("timeout:")
+        assert results["starts_one_and_hangs"]["seconds"] < 8  # the time it took, not a wait for the pipe
+    finally:
+        pids = [int(line) for line in (project / "pids").read_text().split()] if (project / "pids").exists() else []
+        left = [pid for pid in pids if _alive(pid)]
+        for pid in left:
+            os.kill(pid, 9)
+    assert len(pids) >= 3 and left == []
 
 
 def test_timeout_0_means_no_limit(slow: Path) -> None:
