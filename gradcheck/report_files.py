@@ -3,9 +3,11 @@
 A report path that cannot be written is a usage error found before the first
 check (so a long run never ends in a crash with nothing written), and each
 report goes through a temporary file beside it and one rename. A path that
-is not a file to replace (a character device) is written to directly, as
-the shell's ``>`` would: a rename would put a regular file in the device's
-place (as root, ``-o /dev/null`` would replace the machine's ``/dev/null``).
+is not a file to replace (a character device, a FIFO, a pipe such as bash's
+``>(...)`` or ``/dev/stdout``) is written to directly, as the shell's ``>``
+would: a rename would put a regular file in its place (as root, ``-o
+/dev/null`` would replace the machine's ``/dev/null``; a FIFO's reader would
+get nothing).
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ def _kind(path: Path) -> str:
         return "file"
     if stat.S_ISBLK(mode):
         return "block"
-    return "stream" if stat.S_ISCHR(mode) else "file"
+    # A FIFO, and a pipe or socket behind /dev/fd/N (bash's process substitution >(...)) or /dev/stdout.
+    streamed = stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+    return "stream" if streamed else "file"
 
 
 def check_writable(path: Path) -> None:
@@ -83,7 +87,8 @@ def _umask() -> int:
 
 
 def write_report(path: Path, text: str) -> None:
-    """Write a report at ``path``: a device in place, as ``>`` would; anything else :func:`write_atomically`."""
+    """Write a report at ``path``: a device or pipe in place, as ``>`` would (a FIFO waits for its
+    reader); anything else :func:`write_atomically`."""
     if _kind(path) != "stream":
         write_atomically(path, text)
         return
