@@ -559,6 +559,15 @@ class _Run:
         self.end_after_failure(message)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def ready(self) -> bool:
+        """Start this run's worker and collect, before any function is handed to it; False if it cannot."""
+        restarted = self.restart(self.functions)
+        if isinstance(restarted, Result):
+            self.discard_worker()
+            return False
+        self.positions = restarted
+        return True
+
     def restart(self, remaining: list[PlannedFunction]) -> dict[str, int] | Result:
         """A fresh worker after one was stopped: where each remaining function is in its plan.
 
@@ -656,31 +665,38 @@ def run(
     from gradcheck import pool
 
     start = time.perf_counter()
-    workers = pool.worker_count(getattr(options, "jobs", 1))
-    job = _job(options, verbose, workers)
-    runner = _Run(job, import_timeout, max_memory, on_import, on_output or _write_to_stderr)
-    # The other workers import TensorFlow and collect while the first one does; quietly (on_import
-    # is the first one's), and each is told the plan's functions once the first one knows them.
-    helpers = [_Run(job, import_timeout, max_memory, None, runner.sink) for _ in range(workers - 1)]
+    jobs = getattr(options, "jobs", 1)
+    workers = pool.worker_count(jobs)
+    runner = _Run(
+        _job(options, verbose, 1 if jobs == "auto" else workers),
+        import_timeout,
+        max_memory,
+        on_import,
+        on_output or _write_to_stderr,
+    )
     try:
-        for each in (runner, *helpers):  # the first one first: it takes the idle worker, if any
-            each.launch()
+        runner.launch()
         planned = runner.await_plan()
     except BaseException:
-        for each in (runner, *helpers):
-            each.discard_worker()
+        runner.discard_worker()
         raise
+    startup = time.perf_counter() - start
     runner.functions = list(planned.functions)
     runner.positions = {function.id: index for index, function in enumerate(runner.functions)}
-    needed = max(0, len(runner.functions) - 1)
-    for helper in helpers[needed:]:
-        helper.discard_worker()  # more workers than functions
-    helpers = helpers[:needed]
+    # Helpers are made only now that the plan says how many functions there are: never more
+    # workers than functions. Each starts its own worker (TensorFlow's import, collection) when
+    # its slot begins, quietly (on_import is the first one's).
+    count = min(workers, len(runner.functions))
+    helper_job = _job(options, verbose, count)
+    helpers = [_Run(helper_job, import_timeout, max_memory, None, runner.sink) for _ in range(count - 1)]
     for helper in helpers:
         helper.functions = runner.functions
+    pace = pool.Pace(startup) if jobs == "auto" else None
     try:
         if helpers:
-            report = pool.check_parallel([runner, *helpers], planned, options.maxfail, start, on_start, on_result)
+            report = pool.check_parallel(
+                [runner, *helpers], planned, options.maxfail, start, on_start, on_result, pace=pace
+            )
         else:
             ids = [function.id for function in runner.functions]
             report = check_all(ids, runner.check, planned, options.maxfail, start, on_start, on_result)
