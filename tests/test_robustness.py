@@ -335,6 +335,38 @@ def test_gradchecks_arithmetic_runs_under_its_own_numpy_error_state(project: Pat
     assert result.status == "passed", result.problems
 
 
+EMPTY_AND_HUGE = """
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([0, 2], tf.float64)])
+    @tf.custom_gradient
+    def empty(x):
+        def grad(dy):
+            return 3.0 * x * dy
+        return x * x, grad
+
+    @tf.custom_gradient
+    def huge(x):
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+"""
+
+
+def test_a_zero_size_input_compares_nothing_and_is_skipped_with_the_reason(project: Path) -> None:
+    write(project, "edges.py", EMPTY_AND_HUGE)
+    write(project, "gradcheck.toml", "[functions.huge]\ninputs = { x = [3] }\n")
+    result = _by_name_of("edges.py")["empty"]
+    assert result["status"] == "skipped", result
+    assert "size 0" in result["skip_reason"] and "(0, 2)" in result["skip_reason"]
+
+
+def _by_name_of(*args: str) -> dict[str, dict[str, Any]]:
+    result = invoke("run", *args, "--format", "json")
+    assert result.exit_code in (0, 1), result.stdout + result.stderr
+    return by_name(json.loads(result.stdout))
+
+
 # -- functions that never return, allocate without bound, or end the process ------------------
 
 SLOW = """

@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -57,7 +58,7 @@ from gradcheck.discovery import import_root
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, subject_rng
 from gradcheck.instrument import Outcome, raised_by_gradcheck
-from gradcheck.results import Problem, Result
+from gradcheck.results import Problem, Result, format_shape
 from gradcheck.targets import ReachingTarget, WrapperTarget
 
 __all__ = ["CheckRequest", "ShapeGuess", "check_subject", "guess_shapes", "input_records"]
@@ -280,9 +281,29 @@ def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str
     if not outputs:
         findings.skip_reason = "the forward pass has no float or complex outputs: there is no gradient to check"
         return "skipped"
+    empty = _nothing_to_compare(plan, values, outputs)
+    if empty is not None:
+        findings.skip_reason = empty
+        return "skipped"
     findings.note(*verdict.complex_notes(harness.output_labels))
     harness.native_ahead(*draws(0))
     return _Prepared(built, plan, harness, draws, None if redrawn else outputs)
+
+
+def _nothing_to_compare(plan: CallPlan, values: Mapping[str, Any], outputs: list[np.ndarray]) -> str | None:
+    """Why no gradient element can be compared (every drawn input or every output has size 0), or None.
+
+    A zero-size input comes from an ``input_signature`` (``[0, 2]``; the config refuses size 0):
+    a check of it compares nothing, and must not pass as if it had.
+    """
+    drawn = [leaf for leaf in plan.leaves if leaf.spec is not None and leaf.spec.differentiable]
+    sizes = {leaf.name: np.shape(values[leaf.name]) for leaf in drawn if leaf.name in values}
+    if sizes and all(math.prod(shape) == 0 for shape in sizes.values()):
+        shown = ", ".join(f"{name} {format_shape(shape)}" for name, shape in sizes.items())
+        return f"nothing to compare: every input has size 0 ({shown}); give the input_signature non-zero sizes"
+    if all(np.size(output) == 0 for output in outputs):
+        return "nothing to compare: every output of the forward pass has size 0"
+    return None
 
 
 def _narrowed(plan: CallPlan, findings: _Findings) -> CallPlan:
