@@ -231,6 +231,46 @@ def _keras_config() -> Any:
     return config if hasattr(config, "floatx") and hasattr(config, "set_floatx") else None
 
 
+#: The library attributes gradcheck finds and switches custom gradients through, by module: a
+#: module that replaces one at import (a shim that switches custom gradients off) would hide
+#: every later module's custom gradients.
+LIBRARY_ATTRIBUTES = {
+    "tensorflow": (
+        "custom_gradient",
+        "recompute_grad",
+        "grad_pass_through",
+        "RegisterGradient",
+        "GradientTape",
+        "function",
+    ),
+    "tensorflow.compat.v2": ("custom_gradient", "recompute_grad", "GradientTape", "function"),
+    "tensorflow.python.ops.custom_gradient": ("custom_gradient", "recompute_grad", "grad_pass_through", "Bind"),
+    "keras.ops": ("custom_gradient",),
+}
+
+
+def library_attributes() -> dict[tuple[str, str], Any]:
+    """The current value of each of :data:`LIBRARY_ATTRIBUTES` in the modules already loaded."""
+    found: dict[tuple[str, str], Any] = {}
+    for module_name, names in LIBRARY_ATTRIBUTES.items():
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        for name in names:
+            value = vars(module).get(name, _MISSING)
+            if value is not _MISSING:
+                found[(module_name, name)] = value
+    return found
+
+
+def set_library_attributes(saved: dict[tuple[str, str], Any]) -> None:
+    """Put back each attribute :func:`library_attributes` found, where it now differs."""
+    for (module_name, name), value in saved.items():
+        module = sys.modules.get(module_name)
+        if module is not None and vars(module).get(name, _MISSING) is not value:
+            setattr(module, name, value)
+
+
 @dataclass(frozen=True)
 class RandomState:
     """TensorFlow's global random state: the global seed and what random ops derive from it."""

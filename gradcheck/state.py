@@ -6,7 +6,8 @@ directory, the environment, the random states of ``random``, numpy and
 TensorFlow, TensorFlow's global switches (eager mode,
 ``run_functions_eagerly``, TF32, soft device placement, op determinism, XLA,
 check-numerics, Keras's ``floatx`` and dtype policy), numpy's error
-state (``np.seterr``), warnings filters, the standard streams, the Ctrl-C
+state (``np.seterr``), ``tf.custom_gradient`` and the other library functions
+gradcheck relies on, warnings filters, the standard streams, the Ctrl-C
 handler, and the values of its own variables. A :class:`Snapshot` records
 all of that; :meth:`Snapshot.restore` puts it back.
 
@@ -78,6 +79,9 @@ class Snapshot:
     sigint: Any
     tf_flags: dict[str, Any] | None
     tf_random: Any
+    tf_attributes: dict[tuple[str, str], Any] = field(default_factory=dict)
+    """``tf.custom_gradient`` and the other library attributes gradcheck relies on
+    (:data:`gradcheck._tf.LIBRARY_ATTRIBUTES`): put back, never applied."""
     roots: tuple[str, ...] = ()
     """Folders whose modules are the user's: taken out of ``sys.modules`` when added."""
     site_dirs: tuple[str, ...] = field(default=())
@@ -105,6 +109,7 @@ class Snapshot:
         if self.tf_flags is not None and "tensorflow" in sys.modules:
             _tf.set_global_flags(self.tf_flags)
             _tf.set_random_state(self.tf_random)
+        _tf.set_library_attributes(self.tf_attributes)
 
     def apply(self) -> None:
         """Set what a module's import may set for its own functions: directory, environment, random states, TF switches.
@@ -210,6 +215,7 @@ def capture(roots: Iterable[Path | str] = ()) -> Snapshot:
         sigint=signal.getsignal(signal.SIGINT),
         tf_flags=_tf.global_flags() if tf_loaded else None,
         tf_random=_tf.random_state() if tf_loaded else None,
+        tf_attributes=_tf.library_attributes(),
         roots=tuple(folders),
         site_dirs=_site_dirs(),
     )

@@ -243,6 +243,40 @@ def test_a_broken_gradient_fails_alone_and_after_a_module_that_enabled_check_num
     assert by_name(json.loads(after.stdout))["root"]["status"] == "failed"
 
 
+SWITCHES_CUSTOM_GRADIENTS_OFF = """
+    import tensorflow as tf
+    from tensorflow.python.ops import custom_gradient
+
+    def _off(f):
+        return lambda *args: f(*args)[0]
+
+    tf.custom_gradient = _off  # a shim that switches every later custom gradient off
+    custom_gradient.custom_gradient = _off
+"""
+
+WRONG = """
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def wrong(x):
+        def grad(dy):
+            return 3.0 * x * dy
+        return x * x, grad
+"""
+
+
+def test_a_module_that_replaces_tf_custom_gradient_hides_no_later_modules_gradients(project: Path) -> None:
+    write(project, "shim.py", SWITCHES_CUSTOM_GRADIENTS_OFF)
+    write(project, "wrong.py", WRONG)
+    write(project, "gradcheck.toml", "[functions.wrong]\ninputs = { x = [3] }\n")
+    after = invoke("run", "shim.py", "wrong.py", "--format", "json")
+    assert after.exit_code == 1, after.stdout + after.stderr
+    assert by_name(json.loads(after.stdout))["wrong"]["status"] == "failed"
+    original = tf.custom_gradient
+    session.run(session.RunOptions(targets=("shim.py",)))
+    assert tf.custom_gradient is original
+
+
 def test_the_mutators_own_checks_see_what_its_import_set(modules: Path) -> None:
     # Its import seeded numpy: as when the module runs alone, its function starts from that state.
     write(
