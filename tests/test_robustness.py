@@ -335,6 +335,48 @@ def test_gradchecks_arithmetic_runs_under_its_own_numpy_error_state(project: Pat
     assert result.status == "passed", result.problems
 
 
+UNPRINTABLE = """
+    import tensorflow as tf
+
+    class Mute(Exception):
+        def __str__(self):
+            raise RuntimeError("no message for you")
+
+        __repr__ = __str__
+
+    @tf.custom_gradient
+    def forward_mute(x):
+        raise Mute()
+
+    @tf.custom_gradient
+    def backward_mute(x):
+        def grad(dy):
+            raise Mute()
+        return x * x, grad
+
+    @tf.custom_gradient
+    def probed_mute(x):
+        raise Mute()
+"""
+
+
+def test_an_exception_whose_str_and_repr_raise_is_described_by_its_type_and_line(project: Path) -> None:
+    write(project, "mute.py", UNPRINTABLE)
+    write(
+        project,
+        "gradcheck.toml",
+        "[functions.forward_mute]\ninputs = { x = [3] }\n[functions.backward_mute]\ninputs = { x = [3] }\n",
+    )
+    result = invoke("run", "mute.py", "--format", "json")
+    assert result.exit_code == 1, result.stdout + result.stderr
+    results = by_name(json.loads(result.stdout))
+    assert results["forward_mute"]["status"] == results["backward_mute"]["status"] == "error"
+    assert results["probed_mute"]["status"] in ("error", "skipped")
+    for name in ("forward_mute", "backward_mute"):
+        message = results[name]["problems"][0]["message"]
+        assert "Mute" in message and "mute.py:" in message, message
+
+
 EMPTY_AND_HUGE = """
     import tensorflow as tf
 

@@ -20,8 +20,21 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
 
 
+def message_of(error: BaseException) -> str:
+    """``str(error)``, or ``""`` where the user's ``__str__`` (and ``__repr__``) raise: the type and
+    the line then describe it."""
+    for show in (str, repr):
+        try:
+            text = show(error)
+        except Exception:
+            continue
+        if isinstance(text, str):
+            return text
+    return ""
+
+
 def _message_lines(error: BaseException) -> list[str]:
-    text = strip_ansi(str(error))
+    text = strip_ansi(message_of(error))
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     # Keras wraps errors raised in call() in a paragraph of its own; the cause follows.
     return [

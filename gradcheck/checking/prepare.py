@@ -18,7 +18,7 @@ import numpy as np
 
 from gradcheck import _tf, nesting, probing
 from gradcheck.arrays import standard_normal
-from gradcheck.checking.exceptions import UserCodeError, describe_exception
+from gradcheck.checking.exceptions import UserCodeError, describe_exception, message_of
 from gradcheck.config import VariableValue
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, TensorSpec, draw_tensor, plan_call, subject_rng
@@ -45,13 +45,13 @@ class NeedsFloat32(Exception):
     """Float64 inputs met code written for float32: the check is rerun in float32."""
 
     def __init__(self, error: BaseException) -> None:
-        super().__init__(str(error))
+        super().__init__(message_of(error))
         self.error = error
 
 
 def dtype_clash(error: BaseException) -> bool:
     """True when ``error`` says that float64 inputs met float32 code."""
-    return type(error).__name__ in _SHAPE_ERRORS and bool(_DTYPE_CLASH.search(str(error)))
+    return type(error).__name__ in _SHAPE_ERRORS and bool(_DTYPE_CLASH.search(message_of(error)))
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def _construct(request: CheckRequest, cls: type, kwargs: dict[str, Any], what: s
         described = describe_exception(error, request.subject.path)
         if not given:
             advice = f"give its arguments as init = {{...}} in {table_key(request)}"
-        elif re.search(r"\bVariable\b", str(error)):
+        elif re.search(r"\bVariable\b", message_of(error)):
             advice = "give the argument it names as { value = ..., variable = true } in init"
         else:
             advice = f"it rejected the init values given ({', '.join(given)}): check them"
@@ -132,7 +132,7 @@ def _init_hint(request: CheckRequest, cls: type, given: list[str], error: TypeEr
         where += f" (or [classes.{cls.__name__}], shared by every method)"
     already = f"; init gives {', '.join(given)}" if given else ""
     return (
-        f"{cls.__name__}(...) needs constructor arguments ({error}){already}; "
+        f"{cls.__name__}(...) needs constructor arguments ({message_of(error)}){already}; "
         f"add to {request.config_label}: {where} init = {{ {wanted} }}"
     )
 
