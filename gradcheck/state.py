@@ -221,6 +221,39 @@ def capture(roots: Iterable[Path | str] = ()) -> Snapshot:
     )
 
 
+class Descriptors:
+    """File descriptors 0, 1 and 2 as they are now, put back where the user's code closed or replaced them.
+
+    Putting back ``sys.stdout`` is not enough: after ``os.close(1)`` the
+    stream object is the same and every ``print`` fails with ``EBADF``.
+    The copies are kept on descriptors of their own until :meth:`close`.
+    """
+
+    def __init__(self) -> None:
+        self.copies = {fd: os.dup(fd) for fd in (0, 1, 2)}
+        self.identities = {fd: self._identity(fd) for fd in self.copies}
+
+    @staticmethod
+    def _identity(fd: int) -> tuple[int, int] | None:
+        try:
+            status = os.fstat(fd)
+        except OSError:
+            return None
+        return status.st_dev, status.st_ino
+
+    def restore(self) -> None:
+        """``dup2`` each copy back where the descriptor is closed or is another file now."""
+        for fd, copy in self.copies.items():
+            if self._identity(fd) != self.identities[fd]:
+                with contextlib.suppress(OSError):  # the copy was closed too: nothing to put back
+                    os.dup2(copy, fd)
+
+    def close(self) -> None:
+        for copy in self.copies.values():
+            with contextlib.suppress(OSError):
+                os.close(copy)
+
+
 @contextlib.contextmanager
 def preserved(roots: Iterable[Path | str] = ()) -> Iterator[Snapshot]:
     """Capture the state, run the block, put the state back whatever the block did or raised."""

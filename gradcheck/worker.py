@@ -62,6 +62,8 @@ from gradcheck.errors import UsageError
 from gradcheck.results import Problem, Result, RunReport
 from gradcheck.run import Abandoned, check_all
 
+#: The worker's exit code when the user's code closed the descriptors of its pipes to the parent.
+LOST_PIPES = 86
 #: How often (seconds) the parent looks at the worker's memory while it waits.
 POLL_SECONDS = 0.05
 #: Written by the worker to its output pipe at the end of a run, so the parent knows it has
@@ -238,6 +240,8 @@ def default_max_memory() -> int | None:
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "it stopped answering"
+    if code == LOST_PIPES:
+        return "it lost its pipes to gradcheck: the function closed file descriptors it had not opened"
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -812,7 +816,7 @@ def serve() -> None:
     _die_with_parent()
     _become_subreaper()
     commands = Connection(os.dup(0), writable=False)
-    replies = Connection(os.dup(1), readable=False)
+    replies = _Replies(Connection(os.dup(1), readable=False))
     # Whatever the user's code or TensorFlow prints, even from C, goes to the output pipe.
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -827,7 +831,21 @@ def serve() -> None:
             _serve_job(job, commands, replies)
 
 
-def _serve_job(job: Job, commands: Connection, replies: Connection) -> None:
+class _Replies:
+    """The worker's side of the reply pipe; the worker ends quietly (:data:`LOST_PIPES`) where the
+    user's code closed it, and the parent reports that function."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+    def send(self, message: Any) -> None:
+        try:
+            self.connection.send(message)
+        except (OSError, ValueError):
+            os._exit(LOST_PIPES)
+
+
+def _serve_job(job: Job, commands: Connection, replies: _Replies) -> None:
     saved_path, saved_environ = list(sys.path), dict(os.environ)
     sys.path[:] = list(job.sys_path)
     os.environ.clear()
@@ -845,11 +863,12 @@ def _serve_job(job: Job, commands: Connection, replies: Connection) -> None:
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
-        os.write(2, _SYNC)
+        with contextlib.suppress(OSError):  # the user's code closed it: the parent then waits 5 s, no more
+            os.write(2, _SYNC)
         replies.send(Ended())
 
 
-def _answer(job: Job, commands: Connection, replies: Connection) -> None:
+def _answer(job: Job, commands: Connection, replies: _Replies) -> None:
     from gradcheck import _tf, state
 
     _tf.set_verbose(job.verbose)
@@ -870,8 +889,8 @@ def _answer(job: Job, commands: Connection, replies: Connection) -> None:
     _until_end(commands)
 
 
-def _plan_and_check(job: Job, commands: Connection, replies: Connection) -> None:
-    from gradcheck import session
+def _plan_and_check(job: Job, commands: Connection, replies: _Replies) -> None:
+    from gradcheck import session, state
 
     plan = None
     try:
@@ -909,20 +928,26 @@ def _plan_and_check(job: Job, commands: Connection, replies: Connection) -> None
             return
         if isinstance(command, Check):
             before = _user_processes()
+            descriptors = state.Descriptors()
             try:
                 result = session.check_one(plan.requests[command.index])
-                _end_user_processes(before)
-                replies.send(Finished(command.index, result))
+                message: Any = Finished(command.index, result)
             except Exception:  # a bug in gradcheck (results are plain records, and pickle)
+                message = Crashed(traceback.format_exc())
+            finally:
+                descriptors.restore()
+                descriptors.close()
                 _end_user_processes(before)
-                replies.send(Crashed(traceback.format_exc()))
+            replies.send(message)
 
 
 def _next_command(commands: Connection) -> Any:
     try:
         return commands.recv()
-    except (EOFError, OSError):
+    except EOFError:
         os._exit(0)  # the parent is gone: nobody wants the rest
+    except OSError:
+        os._exit(LOST_PIPES)  # the user's code closed the pipe's descriptor
 
 
 def _until_end(commands: Connection) -> None:

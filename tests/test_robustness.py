@@ -377,6 +377,63 @@ def test_an_exception_whose_str_and_repr_raise_is_described_by_its_type_and_line
         assert "Mute" in message and "mute.py:" in message, message
 
 
+CLOSES_DESCRIPTORS = """
+    import os
+
+    import tensorflow as tf
+
+    CLOSED = []
+
+    @tf.custom_gradient
+    def closes_its_streams(x):
+        if not CLOSED:  # once: a second os.close(1) of its own would raise
+            CLOSED.append(True)
+            os.close(1)
+            os.close(2)
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+
+    @tf.custom_gradient
+    def prints(x):
+        print("printed after the streams were closed", flush=True)
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+
+    @tf.custom_gradient
+    def closes_every_descriptor(x):
+        os.closerange(3, 65536)
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+
+    @tf.custom_gradient
+    def cube(x):
+        def grad(dy):
+            return 3.0 * x * x * dy
+        return x * x * x, grad
+"""
+
+
+def test_descriptors_the_users_code_closes_are_put_back_and_no_traceback_shows(project: Path) -> None:
+    write(project, "fds.py", CLOSES_DESCRIPTORS)
+    names = ("closes_its_streams", "prints", "closes_every_descriptor", "cube")
+    write(project, "gradcheck.toml", "".join(f"[functions.{n}]\ninputs = {{ x = [3] }}\n" for n in names))
+    result = invoke("run", "fds.py", "--format", "json")
+    assert result.exit_code == 1, result.stdout + result.stderr
+    results = by_name(json.loads(result.stdout))
+    assert {name: results[name]["status"] for name in names} == {
+        "closes_its_streams": "passed",
+        "prints": "passed",
+        "closes_every_descriptor": "error",
+        "cube": "passed",
+    }
+    assert "printed after the streams were closed" in result.stderr
+    assert "file descriptors" in results["closes_every_descriptor"]["problems"][0]["message"]
+    assert "Traceback" not in result.stderr
+
+
 EMPTY_AND_HUGE = """
     import tensorflow as tf
 
