@@ -460,6 +460,16 @@ def test_a_zero_size_input_compares_nothing_and_is_skipped_with_the_reason(proje
     assert "size 0" in result["skip_reason"] and "(0, 2)" in result["skip_reason"]
 
 
+def test_an_input_too_large_to_draw_is_blamed_on_the_config_not_the_forward_pass(project: Path) -> None:
+    write(project, "edges.py", EMPTY_AND_HUGE)
+    write(project, "gradcheck.toml", "[functions.huge]\ninputs = { x = [100000, 100000, 100] }\n")
+    result = _by_name_of("edges.py", "-k", "huge")["huge"]
+    assert result["status"] == "error", result
+    (problem,) = result["problems"]
+    assert "too large to draw" in problem["message"] and "[functions.huge]" in problem["message"]
+    assert "(100000, 100000, 100)" in problem["message"] and "forward pass" not in problem["message"]
+
+
 def _by_name_of(*args: str) -> dict[str, dict[str, Any]]:
     result = invoke("run", *args, "--format", "json")
     assert result.exit_code in (0, 1), result.stdout + result.stderr

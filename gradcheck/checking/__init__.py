@@ -40,6 +40,7 @@ from gradcheck.checking.exceptions import UserCodeError, describe_exception, exc
 from gradcheck.checking.prepare import (
     Built,
     Draws,
+    InputTooLarge,
     NeedsConfig,
     NeedsFloat32,
     build,
@@ -158,6 +159,12 @@ def _checked(request: CheckRequest, findings: _Findings) -> str:
     except NeedsConfig as missing:
         findings.skip_reason = str(missing)
         return "skipped"
+    except InputTooLarge as large:
+        where = f"{request.config_label}: {table_key(request)}"
+        findings.problems.append(
+            Problem("exception", large.name, f"{where}: {large}", hint="give the input smaller shapes in the config")
+        )
+        return "error"
     except UserCodeError as error:
         cause = error.__cause__ or error
         findings.problems.append(exception_problem(str(error), cause, _path(request), described=False))
@@ -265,7 +272,7 @@ def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str
         # The first forward pass found the variables: draw 0 holds their values as they are.
         values.update(harness.variable_values())
     except Exception as error:  # the forward pass raised
-        if raised_by_gradcheck(error):
+        if raised_by_gradcheck(error) or isinstance(error, InputTooLarge):
             raise
         harness.restore()
         if dtype == "float64" and dtype_clash(error):

@@ -9,6 +9,7 @@ result.
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -490,6 +491,18 @@ def redraw_layer_weights(values: dict[str, Any], layer: Any, harness: Harness, r
         values[name] = round_to(drawn, variable.dtype.name)
 
 
+class InputTooLarge(Exception):
+    """gradcheck's own draw of a configured input did not fit in memory: the config's shape is at fault."""
+
+    def __init__(self, name: str, shape: tuple[int, ...]) -> None:
+        size = math.prod(shape)
+        super().__init__(
+            f"input {name}: shape {format_shape(shape)} is {size:,} elements ({size * 8 / 1e9:.1f} GB in float64): "
+            "too large to draw in this process's memory, so the function was not called"
+        )
+        self.name = name
+
+
 def draw_values(plan: CallPlan, rng: np.random.Generator) -> dict[str, Any]:
     """One set of argument values: tensors drawn from ``rng``, constants as they are."""
     values: dict[str, Any] = {}
@@ -497,7 +510,10 @@ def draw_values(plan: CallPlan, rng: np.random.Generator) -> dict[str, Any]:
         if leaf.spec is None:
             values[leaf.name] = leaf.value
             continue
-        array = draw_tensor(leaf.spec, rng)
+        try:
+            array = draw_tensor(leaf.spec, rng)
+        except MemoryError:
+            raise InputTooLarge(leaf.name, leaf.spec.shape) from None
         if leaf.spec.differentiable and leaf.spec.dtype != "float64":
             # Keep the base point exactly representable, so perturbations are exact too.
             array = round_to(array, leaf.spec.dtype)
