@@ -13,6 +13,7 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -809,6 +810,47 @@ PRINTS = """
             return 2.0 * x * dy
         return x * x, grad
 """
+
+
+def test_sigterm_is_an_interrupt_that_writes_every_report_and_exits_130(tmp_path: Path) -> None:
+    write(tmp_path, "two.py", TWO)
+    write(
+        tmp_path,
+        "gradcheck.toml",
+        "[functions.first]\ninputs = { x = [3] }\n[functions.second]\ninputs = { x = [3] }\n",
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gradcheck",
+            "run",
+            "two.py",
+            "--format",
+            "json",
+            "-o",
+            "report.json",
+            "--format",
+            "junit",
+            "-o",
+            "report.xml",
+            "--format",
+            "text",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stdout, stderr = interrupt_once_started(
+        process, [tmp_path / "second-started"], 120, "the second function never started", signal.SIGTERM
+    )
+    assert process.returncode == 130, stderr
+    assert stdout.strip().splitlines()[-1].endswith("(interrupted: 1 not checked)")
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [r["id"] for r in report["results"]] == ["two.py::first"] and report["not_checked"] == ["two.py::second"]
+    assert 'name="first"' in (tmp_path / "report.xml").read_text()
+    assert "Traceback" not in stderr
 
 
 def test_what_the_users_code_prints_goes_to_stderr_never_into_the_report(project: Path) -> None:
