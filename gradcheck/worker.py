@@ -64,8 +64,15 @@ from gradcheck.run import Abandoned, check_all
 
 #: The worker's exit code when the user's code closed the descriptors of its pipes to the parent.
 LOST_PIPES = 86
-#: How often (seconds) the parent looks at the worker's memory while it waits.
-POLL_SECONDS = 0.05
+#: How often (seconds) the parent looks at the worker's memory while it waits. The bound is kept
+#: by polling, not by a resource limit: RLIMIT_AS and RLIMIT_DATA count address space that
+#: TensorFlow reserves and never touches (gigabytes), and a failed allocation inside TensorFlow's
+#: C++ aborts the process instead of raising. Between two looks a worker filling fresh pages at a
+#: few GB/s gains tens of MB.
+POLL_SECONDS = 0.01
+#: How far past ``--max-memory`` a worker may get before it is stopped, as measured (README, "Nothing
+#: hangs the run"): one poll's worth of page faults, with room for a loaded machine.
+MEMORY_MARGIN_MB = 150
 #: Written by the worker to its output pipe at the end of a run, so the parent knows it has
 #: passed on everything the run printed before it renders the report.
 _SYNC = b"\x1e-gradcheck-output-sync-\x1e\n"
@@ -179,12 +186,15 @@ class _Stopped(Exception):
 # -- the parent's side ------------------------------------------------------------------------
 
 
-def resident_megabytes(pid: int) -> float | None:
-    """The resident memory (VmRSS) of process ``pid`` in MB, where ``/proc`` tells it (Linux)."""
+def resident_megabytes(pid: int, field: str = "VmRSS") -> float | None:
+    """The resident memory of process ``pid`` in MB, where ``/proc`` tells it (Linux).
+
+    ``field``: ``VmRSS`` (now) or ``VmHWM`` (the peak so far).
+    """
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
             for line in status:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) / 1024
     except (OSError, ValueError, IndexError):
         return None
@@ -319,7 +329,11 @@ class Worker:
             if max_memory is not None:
                 used = resident_megabytes(self.process.pid)
                 if used is not None and used > max_memory:
-                    raise _Stopped("memory", f"{used:.0f} MB")
+                    # Stopped at once (it may allocate on until the kill), then its peak read.
+                    with contextlib.suppress(OSError):
+                        os.killpg(self.process.pid, signal.SIGSTOP)
+                    peak = resident_megabytes(self.process.pid, "VmHWM") or used
+                    raise _Stopped("memory", f"peak {peak:.0f} MB")
 
     def _exit_code(self) -> int | None:
         try:

@@ -587,6 +587,30 @@ def test_a_function_that_allocates_past_the_memory_bound_is_an_error_and_the_run
     assert results["cube"]["status"] == "passed"
 
 
+GRABS = """
+    import numpy as np
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def grabs(x):
+        block = np.ones(750_000_000)  # 6 GB in one allocation, filled as fast as pages come
+        def grad(dy):
+            return dy
+        return x + float(block[0]), grad
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_the_memory_bound_holds_within_its_margin_and_the_peak_is_reported(project: Path) -> None:
+    write(project, "grabs.py", GRABS)
+    write(project, "gradcheck.toml", "[functions.grabs]\ninputs = { x = [3] }\n")
+    (result,) = run_json("grabs.py", "--max-memory", "1500")["results"]
+    message = result["problems"][0]["message"]
+    assert message.startswith("memory: the check used more than 1500 MB (peak "), message
+    peak = float(message.split("(peak ")[1].split(" MB")[0])
+    assert 1500 < peak <= 1500 + worker.MEMORY_MARGIN_MB, message
+
+
 def test_a_function_that_ends_the_process_is_an_error_and_the_run_goes_on(slow: Path) -> None:
     report = run_json("slow.py::ends_the_process", "slow.py::cube")
     assert report["exit_code"] == 1
