@@ -1,6 +1,6 @@
 """``-j 2`` against its own limit: two independent ``gradcheck run`` processes side by side.
 
-    python benchmarks/bench_jobs.py [--repeat N] [--jobs N] [--tf-threads] [DIR]
+    python benchmarks/bench_jobs.py [--repeat N] [--jobs N] [--tf-threads] [--auto] [DIR]
 
 DIR (default: ``benchmarks/jobs_suite``, 16 correct custom gradients of
 matmuls, elementwise functions and batched bilinear forms, a fraction of a
@@ -22,6 +22,10 @@ the machine's load drifts), and the table shows the median wall-clock
 seconds, the speed-up over ``-j 1`` and, in the last line, ``-j N``'s
 speed-up as a share of the limit's. The one-minute load average before each
 round is printed too: on a shared machine the numbers mean little without it.
+With ``--auto`` a further run is ``-j auto``, which must never be slower
+than ``-j 1`` (it starts a second worker only when the work ahead outlasts
+a worker's start-up).
+
 Every run must exit 0 (every function of the suite passes).
 """
 
@@ -88,6 +92,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--tf-threads", action="store_true", help="also -j N with TensorFlow's own thread pools")
+    parser.add_argument("--auto", action="store_true", help="also -j auto")
     arguments = parser.parse_args()
     suite, jobs = arguments.suite, arguments.jobs
     runs = {
@@ -98,6 +103,8 @@ def main() -> None:
     tf_threads = f"-j {jobs}, TF's thread pools"
     if arguments.tf_threads:
         runs[tf_threads] = runs[f"-j {jobs}"]
+    if arguments.auto:
+        runs["-j auto"] = [_command(str(suite), "-j", "auto")]
     names = list(runs)
     seconds: dict[str, list[float]] = {name: [] for name in names}
     print(f"{suite}: {len(os.sched_getaffinity(0))} usable cores", file=sys.stderr)

@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from gradcheck.errors import TensorFlowMissing
@@ -127,7 +128,9 @@ FLAG_NAMES = (
     "soft_device_placement",
     "op_determinism",
     "jit",
+    "check_numerics",
     "keras_floatx",
+    "keras_dtype_policy",
 )
 
 
@@ -144,11 +147,20 @@ def global_flags() -> dict[str, Any]:
         # Not exported under tf.config, but the switch enable_op_determinism() flips.
         "op_determinism": tf_config.is_op_determinism_enabled(),
         "jit": tf.config.optimizer.get_jit(),
+        "check_numerics": _check_numerics_enabled(),
     }
     keras = _keras_config()
     if keras is not None:
         flags["keras_floatx"] = keras.floatx()
+        flags["keras_dtype_policy"] = _keras_policy_setting()
     return flags
+
+
+def _check_numerics_enabled() -> bool:
+    """Whether ``tf.debugging.enable_check_numerics()`` is in force (it has no getter of its own)."""
+    from tensorflow.python.debug.lib import check_numerics_callback
+
+    return hasattr(check_numerics_callback._state, "check_numerics_callback")
 
 
 def set_global_flags(flags: dict[str, Any]) -> None:
@@ -177,10 +189,34 @@ def set_global_flags(flags: dict[str, Any]) -> None:
             tf_config.disable_op_determinism()
     if "jit" in changed:
         tf.config.optimizer.set_jit(changed["jit"])
-    if "keras_floatx" in changed:
-        keras = _keras_config()
-        if keras is not None:
-            keras.set_floatx(changed["keras_floatx"])
+    if "check_numerics" in changed:
+        if changed["check_numerics"]:
+            tf.debugging.enable_check_numerics()
+        else:
+            tf.debugging.disable_check_numerics()
+    keras = _keras_config()
+    if keras is not None and "keras_floatx" in changed:
+        keras.set_floatx(changed["keras_floatx"])
+    if keras is not None and "keras_dtype_policy" in changed:
+        _set_keras_policy_setting(changed["keras_dtype_policy"])
+
+
+def _keras_policy_setting() -> Any:
+    """The global dtype policy as set, None when unset.
+
+    Not ``keras.config.dtype_policy()``: unset, that makes a fresh policy from
+    ``floatx`` on every call, and setting it back would pin the policy to
+    that ``floatx`` for good.
+    """
+    from keras.src.backend.common import global_state
+
+    return global_state.get_global_attribute("dtype_policy", None)
+
+
+def _set_keras_policy_setting(policy: Any) -> None:
+    from keras.src.backend.common import global_state
+
+    global_state.set_global_attribute("dtype_policy", policy)
 
 
 def _keras_config() -> Any:
@@ -193,6 +229,46 @@ def _keras_config() -> Any:
         return None
     config = getattr(keras, "config", None)
     return config if hasattr(config, "floatx") and hasattr(config, "set_floatx") else None
+
+
+#: The library attributes gradcheck finds and switches custom gradients through, by module: a
+#: module that replaces one at import (a shim that switches custom gradients off) would hide
+#: every later module's custom gradients.
+LIBRARY_ATTRIBUTES = {
+    "tensorflow": (
+        "custom_gradient",
+        "recompute_grad",
+        "grad_pass_through",
+        "RegisterGradient",
+        "GradientTape",
+        "function",
+    ),
+    "tensorflow.compat.v2": ("custom_gradient", "recompute_grad", "GradientTape", "function"),
+    "tensorflow.python.ops.custom_gradient": ("custom_gradient", "recompute_grad", "grad_pass_through", "Bind"),
+    "keras.ops": ("custom_gradient",),
+}
+
+
+def library_attributes() -> dict[tuple[str, str], Any]:
+    """The current value of each of :data:`LIBRARY_ATTRIBUTES` in the modules already loaded."""
+    found: dict[tuple[str, str], Any] = {}
+    for module_name, names in LIBRARY_ATTRIBUTES.items():
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        for name in names:
+            value = vars(module).get(name, _MISSING)
+            if value is not _MISSING:
+                found[(module_name, name)] = value
+    return found
+
+
+def set_library_attributes(saved: dict[tuple[str, str], Any]) -> None:
+    """Put back each attribute :func:`library_attributes` found, where it now differs."""
+    for (module_name, name), value in saved.items():
+        module = sys.modules.get(module_name)
+        if module is not None and vars(module).get(name, _MISSING) is not value:
+            setattr(module, name, value)
 
 
 @dataclass(frozen=True)
@@ -286,9 +362,35 @@ class CustomGradientParts:
     """The ``input_signature`` of an enclosing ``tf.function``, if any."""
 
 
+def attribute(obj: Any, name: str, default: Any = None) -> Any:
+    """``getattr(obj, name, default)`` for any object a user's module holds, without its side effects.
+
+    A module's attributes are read from its ``__dict__`` alone: asking a
+    ``LazyLoader`` (TensorFlow's, TFP's) or a module-level ``__getattr__``
+    for anything else imports what it stands for, and an optional dependency
+    that is not installed then raises ``ModuleNotFoundError``. Any other
+    object's ``__getattr__`` or property may raise anything: that object just
+    does not have the attribute.
+    """
+    if isinstance(obj, ModuleType):
+        return vars(obj).get(name, default)
+    try:
+        return getattr(obj, name, default)
+    except Exception:
+        return default
+
+
+_MISSING = object()
+
+
+def has_attribute(obj: Any, name: str) -> bool:
+    """``hasattr`` with the guarantees of :func:`attribute`."""
+    return attribute(obj, name, _MISSING) is not _MISSING
+
+
 def _decorator_chain(obj: Any) -> tuple[list[Any], Any]:
     """``tf_decorator.unwrap`` without importing TensorFlow for plain objects."""
-    if getattr(obj, "_tf_decorator", None) is None:
+    if attribute(obj, "_tf_decorator") is None:
         return [], obj
     from tensorflow.python.util import tf_decorator
 
@@ -379,7 +481,9 @@ def wrapper_parts(obj: Any) -> tuple[str, Callable[..., Any]] | None:
 
 def is_tf_own(obj: Any) -> bool:
     """True for TensorFlow's own decorators imported into a user's namespace."""
-    module = getattr(obj, "__module__", "") or ""
+    module = attribute(obj, "__module__", "") or ""
+    if not isinstance(module, str):
+        return False
     return module.startswith(("tensorflow", "keras", "tf_keras"))
 
 

@@ -9,12 +9,15 @@ a bug in gradcheck is a traceback and 3.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shlex
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ from typing import Any
 import click
 
 from gradcheck.errors import ConfigError, UsageError
-from gradcheck.report_files import check_writable, write_atomically
+from gradcheck.report_files import check_writable, write_atomically, write_report
 from gradcheck.reporting.safe_text import shown
 from gradcheck.results import VERSION, ExitCode
 from gradcheck.settings import (
@@ -430,11 +433,33 @@ def run(
             check_writable(path)  # before the first check: a long run must not end unable to write
     if not _tf.tensorflow_available():
         raise _tf.TensorFlowMissing()
-    report = _run_with_progress(options, color, verbose > 0)
+    with _sigterm_as_interrupt():
+        report = _run_with_progress(options, color, verbose > 0)
     _emit(report, reports, verbose - quiet, color)
     if not report.results and not report.interrupted:
         _explain_empty_selection(options, shard, changed_since)
     return report.exit_code
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI runner cancelling the job, or its timeout) stops the run as Ctrl-C does.
+
+    The workers are stopped and the results so far written to every report,
+    with exit 130, rather than the process dying with no report at all.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _narrowing(shard: str | None, changed_since: str | None) -> dict[str, Any]:
@@ -512,7 +537,7 @@ def _emit(report: Any, reports: list[tuple[str, Path | None]], verbosity: int, c
         summary = render_summary(report)
     for _, path, document in documents:
         if path is not None:
-            write_atomically(path, document)
+            write_report(path, document)
     stdout_document = next(((f, d) for f, p, d in documents if p is None), None)
     if stdout_document is None or stdout_document[0] == "text":
         # The text report goes to the terminal, in colour where allowed, whatever the files hold.

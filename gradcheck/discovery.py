@@ -326,11 +326,8 @@ def _user_frame(error: BaseException, path: Path) -> tuple[str, int | None]:
 
 
 def _text_of(error: BaseException) -> str:
-    """``str(error)``, or its type alone where even that raises (user code may define any ``__str__``)."""
-    try:
-        return str(error)
-    except Exception:
-        return f"{type(error).__name__} (its message could not be read)"
+    """What the error says, or that it says nothing readable (user code may define any ``__str__``)."""
+    return tracebacks.message_of(error) or "(its message could not be read)"
 
 
 class ImportFailure(TargetError):
@@ -389,9 +386,9 @@ def load_module(path: Path, base: Path | None = None) -> ModuleType:
                 f"{what} or fix the import",
                 missing,
             ) from error
-        except KeyboardInterrupt:
-            raise
         except BaseException as error:  # the user's module-level code raised anything at all
+            if tracebacks.is_ctrl_c(error):
+                raise
             raise ImportFailure(
                 path,
                 _user_frame(error, path),

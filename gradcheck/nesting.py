@@ -49,10 +49,12 @@ def plain_function(obj: Any) -> Any:
     for _ in range(8):
         if isinstance(obj, (staticmethod, classmethod)) or inspect.ismethod(obj):
             obj = obj.__func__
-        elif hasattr(obj, "python_function"):  # tf.function
-            obj = obj.python_function
-        elif hasattr(obj, "func") and hasattr(obj, "args") and not hasattr(obj, "__code__"):  # functools.partial
-            obj = obj.func
+        elif _tf.has_attribute(obj, "python_function"):  # tf.function
+            obj = _tf.attribute(obj, "python_function")
+        elif (  # functools.partial
+            _tf.has_attribute(obj, "func") and _tf.has_attribute(obj, "args") and not _tf.has_attribute(obj, "__code__")
+        ):
+            obj = _tf.attribute(obj, "func")
         else:
             return obj
     return obj
@@ -92,8 +94,8 @@ def _attribute(owner: Any, name: str) -> Any:
 
 def _followed(value: Any, home: str) -> bool:
     """Whether calls into ``value`` are followed: the home package's code, or code outside TF/Keras."""
-    module = getattr(value, "__module__", "") or ""
-    top = module.partition(".")[0]
+    module = _tf.attribute(value, "__module__", "") or ""
+    top = module.partition(".")[0] if isinstance(module, str) else ""
     return top == home or not (_tf.is_tf_own(value) or top in sys.stdlib_module_names or top == "numpy")
 
 
@@ -114,14 +116,14 @@ class Reachability:
         for _ in range(8):
             if self._visit(function, cls, 0, set()):
                 return True
-            inner = getattr(function, "__wrapped__", None)
+            inner = _tf.attribute(function, "__wrapped__")
             if inner is None or inner is function:
                 return False
             function = plain_function(inner)
         return False
 
     def _visit(self, func: Any, cls: type | None, depth: int, seen: set[int]) -> bool:
-        code = getattr(func, "__code__", None)
+        code = _tf.attribute(func, "__code__")
         if code is None or id(code) in seen or depth > _MAX_DEPTH:
             return False
         if id(code) in self._memo:

@@ -19,16 +19,22 @@ unbroken prefix of the plan count:
 - a worker that cannot collect the targets again (:class:`gradcheck.run.Abandoned`)
   makes its function and every later one an error, as with ``-j 1``.
 
-Workers are started together, before the first plan is known, so that
-TensorFlow's import (seconds) is paid once in wall-clock time.
+The first worker's plan says how many functions there are; only then are
+the other workers started, never more than there are functions. Each starts
+its own worker and collects before it takes a function, so no function waits
+on a worker still importing TensorFlow. With ``-j auto`` (:class:`Pace`) a
+further worker starts only when the work still to hand out looks longer
+than a worker's start-up: on a small run the start-up of a second worker
+(seconds of TensorFlow's import, on cores the first worker is using) would
+cost more than it saves.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,6 +130,36 @@ class _Ordered:
             self.done = True
 
 
+@dataclass
+class Pace:
+    """When ``-j auto`` starts another worker: when the work not yet handed out looks longer than twice
+    a worker's start-up (a worker pays the start-up before it helps, on cores the others use meanwhile)."""
+
+    startup: float
+    """Seconds the first worker took to start and collect the targets."""
+    began: float = field(default_factory=time.monotonic)
+    """When checking began."""
+    first_done: float | None = None
+    """When the first result came."""
+
+    def worth_another(self, finished: int, handed_out: int, total: int, workers: int) -> bool:
+        """Whether one more worker is worth starting, ``workers`` being at work already."""
+        now = time.monotonic()
+        if finished >= 1 and self.first_done is None:
+            self.first_done = now
+        waiting = total - handed_out
+        if waiting < 2:
+            return False
+        if finished >= 2 and self.first_done is not None:
+            # The first function is left out: it also pays TensorFlow's warm-up (tracing, kernels).
+            per_function = (now - self.first_done) / (finished - 1)
+        elif now - self.began > 4 * self.startup:
+            per_function = now - self.began  # a lower bound, and too long to be warm-up alone
+        else:
+            return False
+        return per_function * waiting / workers > 2 * self.startup
+
+
 class _Slot:
     """One worker and the thread that waits on it; it takes functions from :class:`_Dispatcher`."""
 
@@ -134,6 +170,13 @@ class _Slot:
 
     def _work(self) -> None:
         events = self.dispatcher.events
+        if self.runner.worker is None:
+            try:
+                ready = self.runner.ready()
+            except Exception:  # this worker cannot start: the others carry on without it
+                ready = False
+            if not ready:
+                return
         while True:
             index = self.dispatcher.next_index()
             if index is None:
@@ -153,9 +196,8 @@ class _Slot:
         """Kill the worker now (from the calling thread): its check ends as an error nobody reads."""
         worker = self.runner.worker
         if worker is not None:
-            # The process only: the slot's thread, reading its pipes, finds it dead and closes them.
-            with contextlib.suppress(OSError):
-                worker.process.kill()
+            # The processes only: the slot's thread, reading its pipes, finds them dead and closes them.
+            worker.kill_group()
 
 
 class _Dispatcher:
@@ -167,6 +209,10 @@ class _Dispatcher:
         self._next = 0
         self._lock = threading.Lock()
         self.stopped = threading.Event()
+
+    @property
+    def handed_out(self) -> int:
+        return self._next
 
     def next_index(self) -> int | None:
         with self._lock:
@@ -183,11 +229,14 @@ def check_parallel(
     started: float,
     on_start: Callable[[str, int, int], None] | None = None,
     on_result: Callable[[Result, int, int], None] | None = None,
+    pace: Pace | None = None,
 ) -> RunReport:
     """Check every function of ``runners[0].functions`` on all ``runners`` at once; the report of ``-j 1``.
 
-    Each runner is a :class:`gradcheck.worker._Run` with ``functions`` set
-    (the others' workers may still be collecting). The workers are stopped
+    Each runner is a :class:`gradcheck.worker._Run` with ``functions`` set;
+    the first has its worker, each other one starts its own. With ``pace``
+    the others start one at a time, when :meth:`Pace.worth_another` says so;
+    without, all at once. The workers are stopped
     (killed) when the run stops early; the caller ends the ones left.
     Exceptions a check raises (a bug, bad input) are raised here once every
     worker is stopped.
@@ -196,12 +245,12 @@ def check_parallel(
     dispatcher = _Dispatcher(len(ids))
     ordered = _Ordered(ids, plan, maxfail, on_result, failures=collection_failures(plan))
     slots = [_Slot(runner, dispatcher) for runner in runners]
-    for slot in slots:
+    for slot in slots[:1] if pace is not None else slots:
         slot.thread.start()
     interrupted = False
     raised: BaseException | None = None
     try:
-        raised = _collect(dispatcher, ordered, slots, on_start)
+        raised = _collect(dispatcher, ordered, slots, on_start, pace)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -218,9 +267,18 @@ def _collect(
     ordered: _Ordered,
     slots: list[_Slot],
     on_start: Callable[[str, int, int], None] | None,
+    pace: Pace | None = None,
 ) -> BaseException | None:
     """Hear the slots' events until the run is over; the exception a check raised, if one did."""
     while not ordered.done:
+        waiting = [slot for slot in slots if slot.thread.ident is None]
+        started = len(slots) - len(waiting)
+        if (
+            waiting
+            and pace is not None
+            and pace.worth_another(len(ordered.results), dispatcher.handed_out, len(ordered.ids), started)
+        ):
+            waiting[0].thread.start()
         if not any(slot.thread.is_alive() for slot in slots) and dispatcher.events.empty():
             # Every slot ended without the run being over: only a stop can do that.
             return None
@@ -252,4 +310,5 @@ def _stop_all(dispatcher: _Dispatcher, slots: list[_Slot], stop_workers: bool) -
             for slot in slots:
                 slot.stop()
         for slot in slots:
-            slot.thread.join(timeout=_WAKE_SECONDS)
+            if slot.thread.ident is not None:  # a slot -j auto never started has no thread to wait for
+                slot.thread.join(timeout=_WAKE_SECONDS)

@@ -196,7 +196,11 @@ class Search:
         if attempt.error is None:
             # It ran but gave NaN or Inf: a domain, most likely.
             return guess.narrower() if not attempt.finite else []
-        learned = learn_from_error(str(attempt.error), guess)
+        try:
+            text = str(attempt.error)
+        except Exception:  # the user's exception cannot say what it is: nothing to learn from it
+            text = ""
+        learned = learn_from_error(text, guess)
         if not learned and not guess.any_positive:
             # Nothing in the message to go on: the values may be out of the function's domain.
             learned = [guess.with_positive()]

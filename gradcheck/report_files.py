@@ -2,13 +2,20 @@
 
 A report path that cannot be written is a usage error found before the first
 check (so a long run never ends in a crash with nothing written), and each
-report goes through a temporary file beside it and one rename.
+report goes through a temporary file beside it and one rename. A path that
+is not a file to replace (a character device, a FIFO, a pipe such as bash's
+``>(...)`` or ``/dev/stdout``) is written to directly, as the shell's ``>``
+would: a rename would put a regular file in its place (as root, ``-o
+/dev/null`` would replace the machine's ``/dev/null``; a FIFO's reader would
+get nothing).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -25,6 +32,19 @@ def _nearest_existing(folder: Path) -> Path:
     return folder
 
 
+def _kind(path: Path) -> str:
+    """``file`` (absent, or a regular file or symlink to replace), ``stream`` (written in place) or ``block``."""
+    try:
+        mode = os.stat(path).st_mode  # through symlinks: /dev/stdout and the like are links
+    except OSError:
+        return "file"
+    if stat.S_ISBLK(mode):
+        return "block"
+    # A FIFO, and a pipe or socket behind /dev/fd/N (bash's process substitution >(...)) or /dev/stdout.
+    streamed = stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+    return "stream" if streamed else "file"
+
+
 def check_writable(path: Path) -> None:
     """Raise :class:`ReportPathError` unless a report can be written at ``path``; write nothing.
 
@@ -35,6 +55,13 @@ def check_writable(path: Path) -> None:
     """
     if path.is_dir():
         raise ReportPathError(f"{path}: is a folder; give -o a file name (the report's own)")
+    kind = _kind(path)
+    if kind == "block":
+        raise ReportPathError(f"{path}: is a block device (a disk); give -o a file name")
+    if kind == "stream":
+        if not os.access(path, os.W_OK):
+            raise ReportPathError(f"{path}: cannot write the report there: {os.strerror(errno.EACCES)}")
+        return
     folder = _nearest_existing(path.parent if str(path.parent) else Path("."))
     if not folder.is_dir():
         raise ReportPathError(f"{path}: {folder} is not a folder, so the report cannot be written there")
@@ -57,6 +84,17 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def write_report(path: Path, text: str) -> None:
+    """Write a report at ``path``: a device or pipe in place, as ``>`` would (a FIFO waits for its
+    reader); anything else :func:`write_atomically`."""
+    if _kind(path) != "stream":
+        write_atomically(path, text)
+        return
+    # backslashreplace: as write_atomically, a report must never fail on a lone surrogate.
+    with open(path, "w", encoding="utf-8", errors="backslashreplace") as stream:
+        stream.write(text)
 
 
 def write_atomically(path: Path, text: str) -> None:

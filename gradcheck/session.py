@@ -21,6 +21,8 @@ from typing import Any
 from gradcheck import _tf, selection, state
 from gradcheck.checking import CheckRequest, check_subject, guess_shapes
 from gradcheck.config import (
+    CONFIG_FILE,
+    PROJECT_ROOT_MARKERS,
     Config,
     Settings,
     SubjectConfig,
@@ -476,21 +478,39 @@ def _no_gpu_message(given: Mapping[str, Any], given_by: str, config_label: str) 
 
 
 def refuse_user_file(output: Path, options: RunOptions) -> None:
-    """The report must never overwrite the user's module or config."""
+    """The report must never overwrite the user's module or any config the run reads.
+
+    A folder's files each read the config nearest to them, which may sit in
+    any folder below the target, so a config file anywhere in a target folder
+    is protected, besides the nearest one above each target.
+    """
     resolved = output.resolve()
     protected: list[Path] = []
+    folders: list[Path] = []
     for spec in options.targets:
-        location = Path(spec.partition("::")[0])
+        location = _target_location(spec.partition("::")[0])
         if location.is_file():
             protected.append(location.resolve())
-    for spec in options.targets:
-        found = _config_path(Path(spec.partition("::")[0]), options.config_path)
+        elif location.is_dir():
+            folders.append(location.resolve())
+        found = _config_path(location, options.config_path)
         if found is not None:
             protected.append(found.resolve())
-    if resolved in protected or resolved.suffix == ".py":
+    is_config = resolved.name in (CONFIG_FILE, *PROJECT_ROOT_MARKERS)
+    below = is_config and any(resolved.is_relative_to(folder) for folder in folders)
+    if resolved in protected or resolved.suffix == ".py" or below:
         raise TargetError(
             f"{output}: refusing to write the report over a module or config file; choose another -o path"
         )
+
+
+def _target_location(target: str) -> Path:
+    """Where a target's files are, without importing: the path, else a dotted name's folder or file here."""
+    location = Path(target)
+    if location.exists() or not target.replace(".", "").replace("_", "").isalnum():
+        return location
+    as_path = Path(*target.split("."))
+    return as_path.with_suffix(".py") if as_path.with_suffix(".py").is_file() else as_path
 
 
 @dataclass(frozen=True)

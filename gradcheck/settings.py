@@ -135,6 +135,11 @@ class FilePath:
         return value
 
 
+#: The most workers ``-j`` may ask for: each is a Python process with TensorFlow loaded (hundreds of
+#: MB); however many are asked for, no more start than there are functions to check.
+MAX_JOBS = 256
+
+
 @dataclass(frozen=True)
 class WorkerCount:
     """A positive number of worker processes, or ``auto``: as many as this process may use cores."""
@@ -144,6 +149,8 @@ class WorkerCount:
             return "auto"
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidValue(f"{value!r} must be a positive integer or auto")
+        if value > MAX_JOBS:
+            raise InvalidValue(f"{value!r} must be at most {MAX_JOBS} (or auto)")
         return value
 
     def parse_text(self, text: str) -> int | str:
@@ -350,7 +357,8 @@ TABLE: tuple[Setting, ...] = (
         "jobs",
         WorkerCount(),
         1,
-        "Check N functions at once, each in its own worker process; auto: one per usable core.",
+        f"Check N functions at once (at most {MAX_JOBS}), each in its own worker process, never more workers than "
+        "functions; auto: up to one per usable core, each started only when the work ahead outlasts its start-up.",
         scope=RUN,
         short="-j",
         metavar="N|auto",

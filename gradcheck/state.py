@@ -5,7 +5,9 @@ what every later check sees: ``sys.path``, ``sys.modules``, the current
 directory, the environment, the random states of ``random``, numpy and
 TensorFlow, TensorFlow's global switches (eager mode,
 ``run_functions_eagerly``, TF32, soft device placement, op determinism, XLA,
-Keras's ``floatx``), warnings filters, the standard streams, the Ctrl-C
+check-numerics, Keras's ``floatx`` and dtype policy), numpy's error
+state (``np.seterr``), ``tf.custom_gradient`` and the other library functions
+gradcheck relies on, warnings filters, the standard streams, the Ctrl-C
 handler, and the values of its own variables. A :class:`Snapshot` records
 all of that; :meth:`Snapshot.restore` puts it back.
 
@@ -51,6 +53,9 @@ from gradcheck import _tf
 #: matmuls (on by default on Ampere and later GPUs) would make float32 gradients inexact.
 PINNED_FLAGS = {"eager": True, "run_functions_eagerly": False, "tensor_float_32": False}
 
+#: numpy's default error state, the one gradcheck's own arithmetic runs under during a check.
+NUMPY_ERRORS = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
+
 _GRADCHECK_DIR = str(Path(__file__).resolve().parent)
 
 
@@ -66,11 +71,17 @@ class Snapshot:
     environ: dict[str, str]
     python_random: Any
     numpy_random: Any
+    numpy_errors: dict[str, str]
+    """``np.seterr``'s state: put back after a module, never applied to its checks (gradcheck's own
+    arithmetic runs between the user's calls, under an error state of its own)."""
     warning_filters: list[Any]
     streams: tuple[Any, Any, Any]
     sigint: Any
     tf_flags: dict[str, Any] | None
     tf_random: Any
+    tf_attributes: dict[tuple[str, str], Any] = field(default_factory=dict)
+    """``tf.custom_gradient`` and the other library attributes gradcheck relies on
+    (:data:`gradcheck._tf.LIBRARY_ATTRIBUTES`): put back, never applied."""
     roots: tuple[str, ...] = ()
     """Folders whose modules are the user's: taken out of ``sys.modules`` when added."""
     site_dirs: tuple[str, ...] = field(default=())
@@ -84,6 +95,7 @@ class Snapshot:
         self._restore_environ()
         random.setstate(self.python_random)
         np.random.set_state(self.numpy_random)
+        np.seterr(**self.numpy_errors)
         if warnings.filters != self.warning_filters:
             warnings.filters[:] = self.warning_filters
             # What warnings.simplefilter calls, so the registries' caches are invalidated.
@@ -97,6 +109,7 @@ class Snapshot:
         if self.tf_flags is not None and "tensorflow" in sys.modules:
             _tf.set_global_flags(self.tf_flags)
             _tf.set_random_state(self.tf_random)
+        _tf.set_library_attributes(self.tf_attributes)
 
     def apply(self) -> None:
         """Set what a module's import may set for its own functions: directory, environment, random states, TF switches.
@@ -196,14 +209,49 @@ def capture(roots: Iterable[Path | str] = ()) -> Snapshot:
         environ=dict(os.environ),
         python_random=random.getstate(),
         numpy_random=np.random.get_state(),
+        numpy_errors=np.geterr(),
         warning_filters=list(warnings.filters),
         streams=(sys.stdout, sys.stderr, sys.stdin),
         sigint=signal.getsignal(signal.SIGINT),
         tf_flags=_tf.global_flags() if tf_loaded else None,
         tf_random=_tf.random_state() if tf_loaded else None,
+        tf_attributes=_tf.library_attributes(),
         roots=tuple(folders),
         site_dirs=_site_dirs(),
     )
+
+
+class Descriptors:
+    """File descriptors 0, 1 and 2 as they are now, put back where the user's code closed or replaced them.
+
+    Putting back ``sys.stdout`` is not enough: after ``os.close(1)`` the
+    stream object is the same and every ``print`` fails with ``EBADF``.
+    The copies are kept on descriptors of their own until :meth:`close`.
+    """
+
+    def __init__(self) -> None:
+        self.copies = {fd: os.dup(fd) for fd in (0, 1, 2)}
+        self.identities = {fd: self._identity(fd) for fd in self.copies}
+
+    @staticmethod
+    def _identity(fd: int) -> tuple[int, int] | None:
+        try:
+            status = os.fstat(fd)
+        except OSError:
+            return None
+        return status.st_dev, status.st_ino
+
+    def restore(self) -> None:
+        """``dup2`` each copy back where the descriptor is closed or is another file now."""
+        for fd, copy in self.copies.items():
+            if self._identity(fd) != self.identities[fd]:
+                with contextlib.suppress(OSError):  # the copy was closed too: nothing to put back
+                    os.dup2(copy, fd)
+
+    def close(self) -> None:
+        for copy in self.copies.values():
+            with contextlib.suppress(OSError):
+                os.close(copy)
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ the user, as pytest hides its own frames.
 
 from __future__ import annotations
 
+import signal
 import traceback
 from pathlib import Path
 from types import TracebackType
@@ -52,3 +53,31 @@ def from_user_frame(error: BaseException, path: str | Path | None) -> TracebackT
             return current
         current = current.tb_next
     return tb
+
+
+def is_ctrl_c(error: BaseException) -> bool:
+    """Whether ``error`` may be a real Ctrl-C of this process, rather than something the user's code raised.
+
+    A ``KeyboardInterrupt`` can only come from Ctrl-C where SIGINT is not
+    ignored; the worker ignores it (its parent alone decides what a Ctrl-C
+    stops), so there every ``KeyboardInterrupt`` is the user's own ``raise``.
+    """
+    if not isinstance(error, KeyboardInterrupt):
+        return False
+    try:
+        return signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    except ValueError:  # pragma: no cover - no signals here (a sub-interpreter)
+        return True
+
+
+def message_of(error: BaseException) -> str:
+    """``str(error)``, or ``""`` where the user's ``__str__`` (and ``__repr__``) raise: the type and
+    the line then describe it."""
+    for show in (str, repr):
+        try:
+            text = show(error)
+        except Exception:
+            continue
+        if isinstance(text, str):
+            return text
+    return ""

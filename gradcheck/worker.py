@@ -29,6 +29,12 @@ what is checked next (``--maxfail``, Ctrl-C). What the worker (the user's
 code, TensorFlow) writes to its standard output or error arrives on a third
 pipe and is passed on to the parent's standard error, never into a report.
 
+Every process the user's code starts ends with the check that started it
+(one started by a module's import, with the run): the worker is a session
+and process group of its own and the subreaper of its orphans, kills what a
+check left after it, and is killed with all of it after a timeout. A copy of
+the worker made by the user's ``os.fork()`` never talks to the parent.
+
 A worker whose run ended cleanly waits for the next run of the same parent
 process (a test suite, an IDE), which then pays TensorFlow's import once; its
 state is put back after every run (:mod:`gradcheck.state`).
@@ -56,8 +62,17 @@ from gradcheck.errors import UsageError
 from gradcheck.results import Collection, Problem, Result, RunReport
 from gradcheck.run import Abandoned, check_all
 
-#: How often (seconds) the parent looks at the worker's memory while it waits.
-POLL_SECONDS = 0.05
+#: The worker's exit code when the user's code closed the descriptors of its pipes to the parent.
+LOST_PIPES = 86
+#: How often (seconds) the parent looks at the worker's memory while it waits. The bound is kept
+#: by polling, not by a resource limit: RLIMIT_AS and RLIMIT_DATA count address space that
+#: TensorFlow reserves and never touches (gigabytes), and a failed allocation inside TensorFlow's
+#: C++ aborts the process instead of raising. Between two looks a worker filling fresh pages at a
+#: few GB/s gains tens of MB.
+POLL_SECONDS = 0.01
+#: How far past ``--max-memory`` a worker may get before it is stopped, as measured (README, "Nothing
+#: hangs the run"): one poll's worth of page faults, with room for a loaded machine.
+MEMORY_MARGIN_MB = 150
 #: Written by the worker to its output pipe at the end of a run, so the parent knows it has
 #: passed on everything the run printed before it renders the report.
 _SYNC = b"\x1e-gradcheck-output-sync-\x1e\n"
@@ -175,16 +190,53 @@ class _Stopped(Exception):
 # -- the parent's side ------------------------------------------------------------------------
 
 
-def resident_megabytes(pid: int) -> float | None:
-    """The resident memory (VmRSS) of process ``pid`` in MB, where ``/proc`` tells it (Linux)."""
+def resident_megabytes(pid: int, field: str = "VmRSS") -> float | None:
+    """The resident memory of process ``pid`` in MB, where ``/proc`` tells it (Linux).
+
+    ``field``: ``VmRSS`` (now) or ``VmHWM`` (the peak so far).
+    """
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
             for line in status:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) / 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, theirs, ...), read from ``/proc`` (Linux; elsewhere none)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+                parent = int(stat.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found: list[int] = []
+    queue = list(children.get(pid, []))
+    while queue:
+        child = queue.pop()
+        if child not in found:
+            found.append(child)
+            queue.extend(children.get(child, []))
+    return found
+
+
+def kill_processes(pids: list[int]) -> None:
+    """SIGKILL each of ``pids`` that is still there."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def default_max_memory() -> int | None:
@@ -202,6 +254,8 @@ def default_max_memory() -> int | None:
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "it stopped answering"
+    if code == LOST_PIPES:
+        return "it lost its pipes to gradcheck: the function closed file descriptors it had not opened"
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -233,6 +287,10 @@ class Worker:
                 stdout=reply_write,
                 stderr=subprocess.PIPE,
                 close_fds=True,
+                # A session of its own: the worker and whatever the user's code starts are one
+                # process group, stopped as a whole (kill_group), and the terminal's Ctrl-C or a
+                # CI runner's group SIGTERM reaches the parent alone, which decides what stops.
+                start_new_session=True,
             )
         finally:
             os.close(command_read)
@@ -275,7 +333,11 @@ class Worker:
             if max_memory is not None:
                 used = resident_megabytes(self.process.pid)
                 if used is not None and used > max_memory:
-                    raise _Stopped("memory", f"{used:.0f} MB")
+                    # Stopped at once (it may allocate on until the kill), then its peak read.
+                    with contextlib.suppress(OSError):
+                        os.killpg(self.process.pid, signal.SIGSTOP)
+                    peak = resident_megabytes(self.process.pid, "VmHWM") or used
+                    raise _Stopped("memory", f"peak {peak:.0f} MB")
 
     def _exit_code(self) -> int | None:
         try:
@@ -288,10 +350,18 @@ class Worker:
         self._synced.wait(timeout=5)
         self._synced.clear()
 
-    def kill(self) -> None:
-        """Stop the worker now, whatever it is doing."""
+    def kill_group(self) -> None:
+        """SIGKILL the worker and every process below it, its process group and any that left it."""
+        below = descendants(self.process.pid)
+        with contextlib.suppress(OSError):
+            os.killpg(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             self.process.kill()
+        kill_processes(below)
+
+    def kill(self) -> None:
+        """Stop the worker now, whatever it is doing, with every process the user's code started."""
+        self.kill_group()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
         for connection in (self.commands, self.replies):
@@ -308,7 +378,7 @@ class Worker:
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            self.kill_group()
         with contextlib.suppress(OSError):
             self.replies.close()
 
@@ -503,12 +573,22 @@ class _Run:
             self.worker.send(Check(self.positions[function.id]))
             message = self.worker.receive(deadline, self.max_memory)
         except _Stopped as stopped:
+            seconds = time.monotonic() - start  # before the kill, which may wait for the output pipe
             self.discard_worker()
-            return _stopped_result(function, stopped, time.monotonic() - start, self.max_memory)
+            return _stopped_result(function, stopped, seconds, self.max_memory)
         if isinstance(message, Finished) and message.index == self.positions[function.id]:
             return message.result
         self.end_after_failure(message)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def ready(self) -> bool:
+        """Start this run's worker and collect, before any function is handed to it; False if it cannot."""
+        restarted = self.restart(self.functions)
+        if isinstance(restarted, Result):
+            self.discard_worker()
+            return False
+        self.positions = restarted
+        return True
 
     def restart(self, remaining: list[PlannedFunction]) -> dict[str, int] | Result:
         """A fresh worker after one was stopped: where each remaining function is in its plan.
@@ -607,31 +687,38 @@ def run(
     from gradcheck import pool
 
     start = time.perf_counter()
-    workers = pool.worker_count(getattr(options, "jobs", 1))
-    job = _job(options, verbose, workers)
-    runner = _Run(job, import_timeout, max_memory, on_import, on_output or _write_to_stderr)
-    # The other workers import TensorFlow and collect while the first one does; quietly (on_import
-    # is the first one's), and each is told the plan's functions once the first one knows them.
-    helpers = [_Run(job, import_timeout, max_memory, None, runner.sink) for _ in range(workers - 1)]
+    jobs = getattr(options, "jobs", 1)
+    workers = pool.worker_count(jobs)
+    runner = _Run(
+        _job(options, verbose, 1 if jobs == "auto" else workers),
+        import_timeout,
+        max_memory,
+        on_import,
+        on_output or _write_to_stderr,
+    )
     try:
-        for each in (runner, *helpers):  # the first one first: it takes the idle worker, if any
-            each.launch()
+        runner.launch()
         planned = runner.await_plan()
     except BaseException:
-        for each in (runner, *helpers):
-            each.discard_worker()
+        runner.discard_worker()
         raise
+    startup = time.perf_counter() - start
     runner.functions = list(planned.functions)
     runner.positions = {function.id: index for index, function in enumerate(runner.functions)}
-    needed = max(0, len(runner.functions) - 1)
-    for helper in helpers[needed:]:
-        helper.discard_worker()  # more workers than functions
-    helpers = helpers[:needed]
+    # Helpers are made only now that the plan says how many functions there are: never more
+    # workers than functions. Each starts its own worker (TensorFlow's import, collection) when
+    # its slot begins, quietly (on_import is the first one's).
+    count = min(workers, len(runner.functions))
+    helper_job = _job(options, verbose, count)
+    helpers = [_Run(helper_job, import_timeout, max_memory, None, runner.sink) for _ in range(count - 1)]
     for helper in helpers:
         helper.functions = runner.functions
+    pace = pool.Pace(startup) if jobs == "auto" else None
     try:
         if helpers:
-            report = pool.check_parallel([runner, *helpers], planned, options.maxfail, start, on_start, on_result)
+            report = pool.check_parallel(
+                [runner, *helpers], planned, options.maxfail, start, on_start, on_result, pace=pace
+            )
         else:
             ids = [function.id for function in runner.functions]
             report = check_all(ids, runner.check, planned, options.maxfail, start, on_start, on_result)
@@ -703,13 +790,51 @@ def _die_with_parent() -> None:
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
+def _become_subreaper() -> None:
+    """Ask Linux to make this process the parent of its orphaned descendants, so that none escapes
+    :func:`_end_user_processes` by a double fork."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        pr_set_child_subreaper = 36
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1)
+
+
+#: The worker's own process id: a copy made by the user's os.fork() is not the worker.
+_WORKER_PID = os.getpid()
+
+
+def _end_user_processes(keep: frozenset[int] = frozenset()) -> None:
+    """Kill every process the user's code started (a ``subprocess``, a daemon, a forked copy), but ``keep``.
+
+    ``keep``: the processes there before the check began (started by a module's import, which its
+    functions may use); they end with the job.
+    """
+    if os.getpid() != _WORKER_PID:
+        os._exit(0)  # a copy of the worker forked by the user's code: it must not talk to the parent
+    ended = [pid for pid in descendants(_WORKER_PID) if pid not in keep]
+    kill_processes(ended)
+    for pid in ended:  # the children among them (orphans come to the subreaper): no zombies left
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, 0)
+
+
+def _user_processes() -> frozenset[int]:
+    return frozenset(descendants(_WORKER_PID))
+
+
 def serve() -> None:
     """The worker's main loop: take jobs from standard input, answer on standard output, until input ends."""
+    global _WORKER_PID
     # Ctrl-C reaches the whole process group; the parent alone decides what it stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER_PID = os.getpid()
     _die_with_parent()
+    _become_subreaper()
     commands = Connection(os.dup(0), writable=False)
-    replies = Connection(os.dup(1), readable=False)
+    replies = _Replies(Connection(os.dup(1), readable=False))
     # Whatever the user's code or TensorFlow prints, even from C, goes to the output pipe.
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -724,7 +849,21 @@ def serve() -> None:
             _serve_job(job, commands, replies)
 
 
-def _serve_job(job: Job, commands: Connection, replies: Connection) -> None:
+class _Replies:
+    """The worker's side of the reply pipe; the worker ends quietly (:data:`LOST_PIPES`) where the
+    user's code closed it, and the parent reports that function."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+    def send(self, message: Any) -> None:
+        try:
+            self.connection.send(message)
+        except (OSError, ValueError):
+            os._exit(LOST_PIPES)
+
+
+def _serve_job(job: Job, commands: Connection, replies: _Replies) -> None:
     saved_path, saved_environ = list(sys.path), dict(os.environ)
     sys.path[:] = list(job.sys_path)
     os.environ.clear()
@@ -735,16 +874,19 @@ def _serve_job(job: Job, commands: Connection, replies: Connection) -> None:
         sys.path[:] = saved_path
         os.environ.clear()
         os.environ.update(saved_environ)
+        # What the modules' imports started ends with the job, as the modules themselves.
+        _end_user_processes()
         # An idle worker needs no directory of its own, and the job's may be gone by the next job.
         os.chdir(os.sep)
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
-        os.write(2, _SYNC)
+        with contextlib.suppress(OSError):  # the user's code closed it: the parent then waits 5 s, no more
+            os.write(2, _SYNC)
         replies.send(Ended())
 
 
-def _answer(job: Job, commands: Connection, replies: Connection) -> None:
+def _answer(job: Job, commands: Connection, replies: _Replies) -> None:
     from gradcheck import _tf, state
 
     _tf.set_verbose(job.verbose)
@@ -765,8 +907,8 @@ def _answer(job: Job, commands: Connection, replies: Connection) -> None:
     _until_end(commands)
 
 
-def _plan_and_check(job: Job, commands: Connection, replies: Connection) -> None:
-    from gradcheck import session
+def _plan_and_check(job: Job, commands: Connection, replies: _Replies) -> None:
+    from gradcheck import session, state
 
     plan = None
     try:
@@ -805,18 +947,27 @@ def _plan_and_check(job: Job, commands: Connection, replies: Connection) -> None
         if isinstance(command, End):
             return
         if isinstance(command, Check):
+            before = _user_processes()
+            descriptors = state.Descriptors()
             try:
                 result = session.check_one(plan.requests[command.index])
-                replies.send(Finished(command.index, result))
+                message: Any = Finished(command.index, result)
             except Exception:  # a bug in gradcheck (results are plain records, and pickle)
-                replies.send(Crashed(traceback.format_exc()))
+                message = Crashed(traceback.format_exc())
+            finally:
+                descriptors.restore()
+                descriptors.close()
+                _end_user_processes(before)
+            replies.send(message)
 
 
 def _next_command(commands: Connection) -> Any:
     try:
         return commands.recv()
-    except (EOFError, OSError):
+    except EOFError:
         os._exit(0)  # the parent is gone: nobody wants the rest
+    except OSError:
+        os._exit(LOST_PIPES)  # the user's code closed the pipe's descriptor
 
 
 def _until_end(commands: Connection) -> None:

@@ -54,10 +54,14 @@ def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def interrupt_once_started(
-    process: subprocess.Popen[str], markers: list[Path], within: float, waiting_for: str
+    process: subprocess.Popen[str],
+    markers: list[Path],
+    within: float,
+    waiting_for: str,
+    signal_number: int = signal.SIGINT,
 ) -> tuple[str, str]:
-    """Ctrl-C ``process`` once every marker file exists (each written by a function as it starts), and
-    its stdout and stderr; the process is killed whatever happens."""
+    """Ctrl-C ``process`` (or send it ``signal_number``) once every marker file exists (each written by a
+    function as it starts), and its stdout and stderr; the process is killed whatever happens."""
     try:
         waited = 0.0
         while not all(marker.exists() for marker in markers):
@@ -65,7 +69,7 @@ def interrupt_once_started(
             assert waited < within, waiting_for
             time.sleep(0.05)
             waited += 0.05
-        os.kill(process.pid, signal.SIGINT)
+        os.kill(process.pid, signal_number)
         return process.communicate(timeout=60)
     finally:
         if process.poll() is None:

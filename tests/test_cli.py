@@ -202,6 +202,19 @@ def test_output_never_overwrites_the_users_module(project: Path) -> None:
     assert module.read_text() == before
 
 
+@pytest.mark.parametrize("config", ["sub/gradcheck.toml", "sub/pyproject.toml"])
+def test_output_never_overwrites_a_config_the_run_reads(project: Path, config: str) -> None:
+    write(project, "proj/sub/ops.py", GOOD)
+    text = "[functions.square]\ninputs = { x = [3] }\n"
+    if config.endswith("pyproject.toml"):
+        text = "[tool.gradcheck.functions.square]\ninputs = { x = [3] }\n"
+    written = write(project, f"proj/{config}", text)
+    result = invoke("run", "proj", "--format", "json", "-o", f"proj/{config}")
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert "refusing to write the report over" in result.stderr
+    assert written.read_text() == text
+
+
 def test_text_report_ends_with_a_summary_line(project: Path) -> None:
     write(project, "ops.py", GOOD + BAD.replace("square", "cube").replace("import tensorflow as tf", ""))
     result = invoke("run", "ops.py")

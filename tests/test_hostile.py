@@ -7,6 +7,7 @@ on a crafted module, and the usage errors and report files around a run.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -16,6 +17,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
@@ -558,3 +560,55 @@ def test_report_files_follow_the_umask(tmp_path: Path, umask: int, mode: int) ->
     finally:
         os.umask(earlier)
     assert stat.S_IMODE((tmp_path / "report.json").stat().st_mode) == mode
+
+
+def _char_device(path: Path) -> Path:
+    """A copy of /dev/null (character device 1,3) at ``path``; the test is skipped where it cannot be made."""
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except (PermissionError, OSError) as error:
+        pytest.skip(f"cannot make a device node here: {error}")
+    return path
+
+
+def test_a_report_at_a_device_node_is_written_to_the_device_not_over_it(project: Path) -> None:
+    (project / "ops.py").write_text(textwrap.dedent(STATUSES), encoding="utf-8")
+    device = _char_device(project / "null")
+    result = invoke("run", "ops.py", "--format", "json", "-o", str(device))
+    assert result.exit_code == 1, result.stdout + result.stderr
+    assert stat.S_ISCHR(device.lstat().st_mode) and device.lstat().st_rdev == os.makedev(1, 3)
+    assert sorted(path.name for path in project.iterdir() if path.name.startswith(".")) == []  # no temporary file
+
+
+def test_a_report_at_a_fifo_streams_to_its_reader(project: Path) -> None:
+    (project / "ops.py").write_text(textwrap.dedent(STATUSES), encoding="utf-8")
+    fifo = project / "report.fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    try:
+        result = invoke("run", "ops.py", "--format", "json", "-o", str(fifo))
+    finally:
+        if reader.is_alive():  # unblock the reader whatever happened
+            with open(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK), "wb"):
+                pass
+        reader.join(timeout=10)
+    assert result.exit_code == 1, result.stdout + result.stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert json.loads(received[0])["exit_code"] == 1
+
+
+@pytest.mark.skipif(not Path("/bin/bash").exists() or not Path("/dev/fd").exists(), reason="needs bash and /dev/fd")
+def test_a_report_at_a_process_substitution_streams_to_it(project: Path) -> None:
+    (project / "ops.py").write_text(textwrap.dedent(STATUSES), encoding="utf-8")
+    command = f"{shlex.quote(sys.executable)} -m gradcheck run ops.py --format json -o >(cat > got.json)"
+    process = subprocess.run(["/bin/bash", "-c", command], cwd=project, capture_output=True, text=True, timeout=240)
+    assert process.returncode == 1, process.stderr
+    got = project / "got.json"
+    for _ in range(100):  # cat may still be writing after bash has returned
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(got.read_text())["exit_code"] == 1:
+                break
+        time.sleep(0.1)
+    assert json.loads(got.read_text())["exit_code"] == 1

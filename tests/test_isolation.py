@@ -26,6 +26,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.debug.lib import check_numerics_callback
 from tensorflow.python.framework import config as tf_config
 
 import gradcheck
@@ -61,6 +62,9 @@ MUTATOR = """
         tf.config.set_soft_device_placement(False)
         tf_config.enable_op_determinism()
         keras.config.set_floatx("float16")
+        keras.config.set_dtype_policy("mixed_bfloat16")
+        tf.debugging.enable_check_numerics()
+        np.seterr(divide="ignore", invalid="ignore")
         counter.assign_add(1.0)
 
     mutate("import")
@@ -81,6 +85,7 @@ VICTIM = """
     import keras
     import numpy as np
     import tensorflow as tf
+    from tensorflow.python.debug.lib import check_numerics_callback
     from tensorflow.python.eager import context
     from tensorflow.python.framework import config as tf_config
 
@@ -112,6 +117,12 @@ VICTIM = """
             found.append("op determinism")
         if keras.config.floatx() != "float32":
             found.append("keras floatx")
+        if keras.config.dtype_policy().name != "float32":
+            found.append("keras dtype policy")
+        if hasattr(check_numerics_callback._state, "check_numerics_callback"):
+            found.append("check numerics")
+        if np.geterr() != {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}:
+            found.append("numpy error state")
         return found
 
     @tf.custom_gradient
@@ -150,6 +161,9 @@ def _state() -> dict[str, Any]:
         "soft device placement": tf.config.get_soft_device_placement(),
         "op determinism": tf_config.is_op_determinism_enabled(),
         "keras floatx": keras.config.floatx(),
+        "keras dtype policy": keras.config.dtype_policy().name,
+        "check numerics": hasattr(check_numerics_callback._state, "check_numerics_callback"),
+        "numpy error state": np.geterr(),
     }
 
 
@@ -197,6 +211,70 @@ def test_the_victim_passes_alone_and_after_the_mutator_with_the_same_report(modu
     after = entry("mutator.py", "victim.py")
     assert alone["status"] == "passed", alone["problems"]
     assert after == alone
+
+
+ENABLES_CHECK_NUMERICS = """
+    import tensorflow as tf
+
+    tf.debugging.enable_check_numerics()
+"""
+
+WRONG_BELOW_ZERO = """
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def root(x):
+        y = tf.where(x > 0, tf.sqrt(x), tf.zeros_like(x))  # NaN in the branch not taken
+        def grad(dy):
+            # Wrong for x <= 0, where the gradient is 0.
+            return dy * tf.where(x > 0, 0.5 / tf.sqrt(tf.maximum(x, 1e-30)), tf.ones_like(x))
+        return y, grad
+"""
+
+
+def test_a_broken_gradient_fails_alone_and_after_a_module_that_enabled_check_numerics(project: Path) -> None:
+    write(project, "a.py", ENABLES_CHECK_NUMERICS)
+    write(project, "b.py", WRONG_BELOW_ZERO)
+    write(project, "gradcheck.toml", "[functions.root]\ninputs = { x = [6] }\n")
+    alone = invoke("run", "b.py", "--format", "json")
+    after = invoke("run", "a.py", "b.py", "--format", "json")
+    assert alone.exit_code == 1, alone.stdout
+    assert after.exit_code == 1, after.stdout
+    assert by_name(json.loads(after.stdout))["root"]["status"] == "failed"
+
+
+SWITCHES_CUSTOM_GRADIENTS_OFF = """
+    import tensorflow as tf
+    from tensorflow.python.ops import custom_gradient
+
+    def _off(f):
+        return lambda *args: f(*args)[0]
+
+    tf.custom_gradient = _off  # a shim that switches every later custom gradient off
+    custom_gradient.custom_gradient = _off
+"""
+
+WRONG = """
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def wrong(x):
+        def grad(dy):
+            return 3.0 * x * dy
+        return x * x, grad
+"""
+
+
+def test_a_module_that_replaces_tf_custom_gradient_hides_no_later_modules_gradients(project: Path) -> None:
+    write(project, "shim.py", SWITCHES_CUSTOM_GRADIENTS_OFF)
+    write(project, "wrong.py", WRONG)
+    write(project, "gradcheck.toml", "[functions.wrong]\ninputs = { x = [3] }\n")
+    after = invoke("run", "shim.py", "wrong.py", "--format", "json")
+    assert after.exit_code == 1, after.stdout + after.stderr
+    assert by_name(json.loads(after.stdout))["wrong"]["status"] == "failed"
+    original = tf.custom_gradient
+    session.run(session.RunOptions(targets=("shim.py",)))
+    assert tf.custom_gradient is original
 
 
 def test_the_mutators_own_checks_see_what_its_import_set(modules: Path) -> None:

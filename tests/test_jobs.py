@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from gradcheck import pool
-from gradcheck.settings import BY_NAME, InvalidValue
+from gradcheck.settings import BY_NAME, MAX_JOBS, InvalidValue
 from tests.helpers import GOOD_AND_BAD, REPO, copy_fixture, interrupt_once_started, invoke, write, wrong_factors
 
 
@@ -131,6 +132,42 @@ def test_auto_is_one_worker_per_usable_core(project: Path) -> None:
     assert code == 0 and json.loads(document)["summary"]["passed"] == 4
     write(project, "gradcheck.toml", 'jobs = "auto"\n')
     assert invoke("run", "ops.py").exit_code == 0
+
+
+def _counting(count: int) -> str:
+    """A module that notes the pid of every process that imports it: one line per worker."""
+    header = (
+        "import os\nwith open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'imports'), 'a') as f:\n"
+        "    f.write(f'{os.getpid()}\\n')\n"
+    )
+    return header + textwrap.dedent(wrong_factors(count).replace("3.0 * x", "2.0 * x"))
+
+
+def _workers_started(project: Path) -> int:
+    return len(set((project / "imports").read_text().split()))
+
+
+def test_no_more_workers_start_than_there_are_functions(project: Path) -> None:
+    (project / "ops.py").write_text(_counting(2), encoding="utf-8")
+    code, document = _json("ops.py", "-j", "6")
+    assert code == 0 and json.loads(document)["summary"]["passed"] == 2
+    assert _workers_started(project) <= 2
+
+
+def test_auto_starts_no_second_worker_for_work_shorter_than_its_start_up(project: Path) -> None:
+    (project / "ops.py").write_text(_counting(3), encoding="utf-8")
+    code, document = _json("ops.py", "-j", "auto")
+    assert code == 0 and json.loads(document)["summary"]["passed"] == 3
+    assert _workers_started(project) == 1
+
+
+def test_jobs_is_bounded_and_the_help_says_so(project: Path) -> None:
+    write(project, "ops.py", wrong_factors(2))
+    result = invoke("run", "ops.py", "-j", "10000")
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "'-j' / '--jobs'" in line and f"at most {MAX_JOBS}" in line
+    assert f"at most {MAX_JOBS}" in " ".join(invoke("run", "--help").stdout.split())
 
 
 def test_workers_share_the_cores_between_their_thread_pools() -> None:

@@ -10,19 +10,22 @@ the process; Ctrl-C through a real ``gradcheck`` subprocess.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import gradcheck
 from gradcheck import worker
-from tests.helpers import blamed, by_name, interrupt_once_started, invoke, run_json, write
+from tests.helpers import blamed, by_name, interrupt_once_started, invoke, load_copy, run_json, write
 
 FAULTS = """
     import sys
@@ -205,6 +208,275 @@ def test_every_function_is_checked_whatever_the_others_do(faults: Path) -> None:
     assert report["exit_code"] == 1
 
 
+BASE_EXCEPTIONS = """
+    import tensorflow as tf
+
+    class Unusual(BaseException):
+        pass
+
+    @tf.custom_gradient
+    def forward_interrupts(x):
+        raise KeyboardInterrupt
+
+    @tf.custom_gradient
+    def backward_interrupts(x):
+        def grad(dy):
+            raise KeyboardInterrupt("from the backward pass")
+        return x * x, grad
+
+    @tf.custom_gradient
+    def raises_a_base_exception(x):
+        raise Unusual("not an Exception")
+
+    @tf.custom_gradient
+    def square(x):
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+"""
+
+
+def test_a_keyboard_interrupt_or_base_exception_from_the_users_code_is_an_error_result(project: Path) -> None:
+    write(project, "base.py", BASE_EXCEPTIONS)
+    names = ("forward_interrupts", "backward_interrupts", "raises_a_base_exception", "square")
+    write(project, "gradcheck.toml", "".join(f"[functions.{n}]\ninputs = {{ x = [3] }}\n" for n in names))
+    result = invoke("run", "base.py", "--format", "json")
+    assert result.exit_code == 1, result.stderr
+    results = by_name(json.loads(result.stdout))
+    assert {name: results[name]["status"] for name in names} == {
+        "forward_interrupts": "error",
+        "backward_interrupts": "error",
+        "raises_a_base_exception": "error",
+        "square": "passed",
+    }
+    assert "KeyboardInterrupt" in results["forward_interrupts"]["problems"][0]["message"]
+    assert "from the backward pass" in results["backward_interrupts"]["problems"][0]["message"]
+    assert "Unusual: not an Exception" in results["raises_a_base_exception"]["problems"][0]["message"]
+    assert "Traceback" not in result.stderr
+
+
+def test_a_keyboard_interrupt_at_import_is_a_usage_error(project: Path) -> None:
+    write(project, "stops.py", "import tensorflow as tf\nraise KeyboardInterrupt\n")
+    result = invoke("run", "stops.py")
+    assert result.exit_code == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gradcheck: error: stops.py:2")
+    assert "KeyboardInterrupt" in lines[0]
+
+
+ODD_GLOBALS = """
+    import tensorflow as tf
+    from tensorflow.python.util.lazy_loader import LazyLoader
+
+    optional = LazyLoader("optional", globals(), "a_dependency_that_is_not_installed")
+
+    class Touchy:
+        def __getattr__(self, name):
+            raise RuntimeError(f"nobody may ask for {name}")
+
+        def __call__(self, *args):
+            return args
+
+    touchy = Touchy()
+
+    @tf.custom_gradient
+    def square(x):
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+"""
+
+
+def test_discovery_triggers_no_lazy_import_and_survives_any_object(project: Path) -> None:
+    write(project, "odd.py", ODD_GLOBALS)
+    write(project, "gradcheck.toml", "[functions.square]\ninputs = { x = [3] }\n")
+    result = invoke("run", "odd.py", "--format", "json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert list(by_name(json.loads(result.stdout))) == ["square"]
+
+
+RAISES_ON_FLOAT_ERRORS = """
+    import numpy as np
+    import tensorflow as tf
+
+    np.seterr(all="raise")
+
+    @tf.custom_gradient
+    def tiny(x):
+        def grad(dy):
+            return dy * 1e-160
+        return x * 1e-160, grad
+"""
+
+
+def test_numpy_raising_on_float_errors_in_a_module_changes_no_verdict(project: Path) -> None:
+    write(project, "strict.py", RAISES_ON_FLOAT_ERRORS)
+    write(
+        project,
+        "after.py",
+        RAISES_ON_FLOAT_ERRORS.replace("def tiny(", "def tiny_after(").replace('np.seterr(all="raise")', ""),
+    )
+    write(
+        project,
+        "gradcheck.toml",
+        "[functions.tiny]\ninputs = { x = [8] }\n[functions.tiny_after]\ninputs = { x = [8] }\n",
+    )
+    result = invoke("run", "strict.py", "after.py", "--format", "json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert {r["name"]: r["status"] for r in report["results"]} == {"tiny": "passed", "tiny_after": "passed"}
+
+
+def test_gradchecks_arithmetic_runs_under_its_own_numpy_error_state(project: Path) -> None:
+    with np.errstate():  # the module's np.seterr must not outlive the test
+        module = load_copy(write(project, "strict.py", RAISES_ON_FLOAT_ERRORS))
+    with np.errstate(all="raise"):  # as a caller's conftest may set it
+        result = gradcheck.check(module.tiny, inputs={"x": (8,)})
+        assert np.geterr()["under"] == "raise"
+    assert result.status == "passed", result.problems
+
+
+UNPRINTABLE = """
+    import tensorflow as tf
+
+    class Mute(Exception):
+        def __str__(self):
+            raise RuntimeError("no message for you")
+
+        __repr__ = __str__
+
+    @tf.custom_gradient
+    def forward_mute(x):
+        raise Mute()
+
+    @tf.custom_gradient
+    def backward_mute(x):
+        def grad(dy):
+            raise Mute()
+        return x * x, grad
+
+    @tf.custom_gradient
+    def probed_mute(x):
+        raise Mute()
+"""
+
+
+def test_an_exception_whose_str_and_repr_raise_is_described_by_its_type_and_line(project: Path) -> None:
+    write(project, "mute.py", UNPRINTABLE)
+    write(
+        project,
+        "gradcheck.toml",
+        "[functions.forward_mute]\ninputs = { x = [3] }\n[functions.backward_mute]\ninputs = { x = [3] }\n",
+    )
+    result = invoke("run", "mute.py", "--format", "json")
+    assert result.exit_code == 1, result.stdout + result.stderr
+    results = by_name(json.loads(result.stdout))
+    assert results["forward_mute"]["status"] == results["backward_mute"]["status"] == "error"
+    assert results["probed_mute"]["status"] in ("error", "skipped")
+    for name in ("forward_mute", "backward_mute"):
+        message = results[name]["problems"][0]["message"]
+        assert "Mute" in message and "mute.py:" in message, message
+
+
+CLOSES_DESCRIPTORS = """
+    import os
+
+    import tensorflow as tf
+
+    CLOSED = []
+
+    @tf.custom_gradient
+    def closes_its_streams(x):
+        if not CLOSED:  # once: a second os.close(1) of its own would raise
+            CLOSED.append(True)
+            os.close(1)
+            os.close(2)
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+
+    @tf.custom_gradient
+    def prints(x):
+        print("printed after the streams were closed", flush=True)
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+
+    @tf.custom_gradient
+    def closes_every_descriptor(x):
+        os.closerange(3, 65536)
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+
+    @tf.custom_gradient
+    def cube(x):
+        def grad(dy):
+            return 3.0 * x * x * dy
+        return x * x * x, grad
+"""
+
+
+def test_descriptors_the_users_code_closes_are_put_back_and_no_traceback_shows(project: Path) -> None:
+    write(project, "fds.py", CLOSES_DESCRIPTORS)
+    names = ("closes_its_streams", "prints", "closes_every_descriptor", "cube")
+    write(project, "gradcheck.toml", "".join(f"[functions.{n}]\ninputs = {{ x = [3] }}\n" for n in names))
+    result = invoke("run", "fds.py", "--format", "json")
+    assert result.exit_code == 1, result.stdout + result.stderr
+    results = by_name(json.loads(result.stdout))
+    assert {name: results[name]["status"] for name in names} == {
+        "closes_its_streams": "passed",
+        "prints": "passed",
+        "closes_every_descriptor": "error",
+        "cube": "passed",
+    }
+    assert "printed after the streams were closed" in result.stderr
+    assert "file descriptors" in results["closes_every_descriptor"]["problems"][0]["message"]
+    assert "Traceback" not in result.stderr
+
+
+EMPTY_AND_HUGE = """
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([0, 2], tf.float64)])
+    @tf.custom_gradient
+    def empty(x):
+        def grad(dy):
+            return 3.0 * x * dy
+        return x * x, grad
+
+    @tf.custom_gradient
+    def huge(x):
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+"""
+
+
+def test_a_zero_size_input_compares_nothing_and_is_skipped_with_the_reason(project: Path) -> None:
+    write(project, "edges.py", EMPTY_AND_HUGE)
+    write(project, "gradcheck.toml", "[functions.huge]\ninputs = { x = [3] }\n")
+    result = _by_name_of("edges.py")["empty"]
+    assert result["status"] == "skipped", result
+    assert "size 0" in result["skip_reason"] and "(0, 2)" in result["skip_reason"]
+
+
+def test_an_input_too_large_to_draw_is_blamed_on_the_config_not_the_forward_pass(project: Path) -> None:
+    write(project, "edges.py", EMPTY_AND_HUGE)
+    write(project, "gradcheck.toml", "[functions.huge]\ninputs = { x = [100000, 100000, 100] }\n")
+    result = _by_name_of("edges.py", "-k", "huge")["huge"]
+    assert result["status"] == "error", result
+    (problem,) = result["problems"]
+    assert "too large to draw" in problem["message"] and "[functions.huge]" in problem["message"]
+    assert "(100000, 100000, 100)" in problem["message"] and "forward pass" not in problem["message"]
+
+
+def _by_name_of(*args: str) -> dict[str, dict[str, Any]]:
+    result = invoke("run", *args, "--format", "json")
+    assert result.exit_code in (0, 1), result.stdout + result.stderr
+    return by_name(json.loads(result.stdout))
+
+
 # -- functions that never return, allocate without bound, or end the process ------------------
 
 SLOW = """
@@ -315,6 +587,30 @@ def test_a_function_that_allocates_past_the_memory_bound_is_an_error_and_the_run
     assert results["cube"]["status"] == "passed"
 
 
+GRABS = """
+    import numpy as np
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def grabs(x):
+        block = np.ones(750_000_000)  # 6 GB in one allocation, filled as fast as pages come
+        def grad(dy):
+            return dy
+        return x + float(block[0]), grad
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_the_memory_bound_holds_within_its_margin_and_the_peak_is_reported(project: Path) -> None:
+    write(project, "grabs.py", GRABS)
+    write(project, "gradcheck.toml", "[functions.grabs]\ninputs = { x = [3] }\n")
+    (result,) = run_json("grabs.py", "--max-memory", "1500")["results"]
+    message = result["problems"][0]["message"]
+    assert message.startswith("memory: the check used more than 1500 MB (peak "), message
+    peak = float(message.split("(peak ")[1].split(" MB")[0])
+    assert 1500 < peak <= 1500 + worker.MEMORY_MARGIN_MB, message
+
+
 def test_a_function_that_ends_the_process_is_an_error_and_the_run_goes_on(slow: Path) -> None:
     report = run_json("slow.py::ends_the_process", "slow.py::cube")
     assert report["exit_code"] == 1
@@ -335,6 +631,90 @@ def test_a_module_whose_import_never_ends_is_a_usage_error_after_the_timeout(pro
         "gradcheck: error: hangs.py: importing the module did not finish within 3 s (--timeout); "
         "move slow work out of module level, or raise --timeout"
     ]
+
+
+SPAWNS = """
+    import os
+    import subprocess
+    import time
+
+    import tensorflow as tf
+
+    HERE = os.path.dirname(os.path.abspath(__file__))
+
+    def _record(pid):
+        with open(os.path.join(HERE, "pids"), "a") as pids:
+            pids.write(f"{pid}\\n")
+
+    @tf.custom_gradient
+    def starts_a_process(x):
+        _record(subprocess.Popen(["sleep", "300"]).pid)
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+
+    @tf.custom_gradient
+    def starts_one_and_hangs(x):
+        _record(subprocess.Popen(["sleep", "300"], start_new_session=True).pid)
+        time.sleep(60)
+        return x, lambda dy: dy
+
+    @tf.custom_gradient
+    def forks(x):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(300)  # a copy of the checker, left to run on
+        else:
+            _record(pid)
+        def grad(dy):
+            return 2.0 * x * dy
+        return x * x, grad
+
+    @tf.custom_gradient
+    def cube(x):
+        def grad(dy):
+            return 3.0 * x * x * dy
+        return x * x * x, grad
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_every_process_a_check_starts_ends_with_it(project: Path) -> None:
+    write(project, "spawns.py", SPAWNS)
+    names = ("starts_a_process", "starts_one_and_hangs", "forks", "cube")
+    write(project, "gradcheck.toml", "".join(f"[functions.{n}]\ninputs = {{ x = [3] }}\n" for n in names))
+    try:
+        process = subprocess.run(
+            [sys.executable, "-m", "gradcheck", "run", "spawns.py", "--timeout", "5", "--format", "json"],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert process.returncode == 1, process.stderr
+        results = by_name(json.loads(process.stdout))
+        assert {name: results[name]["status"] for name in names} == {
+            "starts_a_process": "passed",
+            "starts_one_and_hangs": "error",
+            "forks": "passed",
+            "cube": "passed",
+        }
+        assert results["starts_one_and_hangs"]["problems"][0]["message"].startswith("timeout:")
+        assert results["starts_one_and_hangs"]["seconds"] < 8  # the time it took, not a wait for the pipe
+    finally:
+        pids = [int(line) for line in (project / "pids").read_text().split()] if (project / "pids").exists() else []
+        left = [pid for pid in pids if _alive(pid)]
+        for pid in left:
+            os.kill(pid, 9)
+    assert len(pids) >= 3 and left == []
 
 
 def test_timeout_0_means_no_limit(slow: Path) -> None:
@@ -454,6 +834,47 @@ PRINTS = """
             return 2.0 * x * dy
         return x * x, grad
 """
+
+
+def test_sigterm_is_an_interrupt_that_writes_every_report_and_exits_130(tmp_path: Path) -> None:
+    write(tmp_path, "two.py", TWO)
+    write(
+        tmp_path,
+        "gradcheck.toml",
+        "[functions.first]\ninputs = { x = [3] }\n[functions.second]\ninputs = { x = [3] }\n",
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gradcheck",
+            "run",
+            "two.py",
+            "--format",
+            "json",
+            "-o",
+            "report.json",
+            "--format",
+            "junit",
+            "-o",
+            "report.xml",
+            "--format",
+            "text",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stdout, stderr = interrupt_once_started(
+        process, [tmp_path / "second-started"], 120, "the second function never started", signal.SIGTERM
+    )
+    assert process.returncode == 130, stderr
+    assert stdout.strip().splitlines()[-1].endswith("(interrupted: 1 not checked)")
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [r["id"] for r in report["results"]] == ["two.py::first"] and report["not_checked"] == ["two.py::second"]
+    assert 'name="first"' in (tmp_path / "report.xml").read_text()
+    assert "Traceback" not in stderr
 
 
 def test_what_the_users_code_prints_goes_to_stderr_never_into_the_report(project: Path) -> None:

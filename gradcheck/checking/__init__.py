@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -33,12 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from gradcheck import _tf, state
+from gradcheck import _tf, state, tracebacks
 from gradcheck.checking import audit, diagnose, reaching, verdict
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
 from gradcheck.checking.prepare import (
     Built,
     Draws,
+    InputTooLarge,
     NeedsConfig,
     NeedsFloat32,
     build,
@@ -57,7 +59,7 @@ from gradcheck.discovery import import_root
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, subject_rng
 from gradcheck.instrument import Outcome, raised_by_gradcheck
-from gradcheck.results import Problem, Result
+from gradcheck.results import Problem, Result, format_shape
 from gradcheck.targets import ReachingTarget, WrapperTarget
 
 __all__ = ["CheckRequest", "ShapeGuess", "check_subject", "guess_shapes", "input_records"]
@@ -157,6 +159,12 @@ def _checked(request: CheckRequest, findings: _Findings) -> str:
     except NeedsConfig as missing:
         findings.skip_reason = str(missing)
         return "skipped"
+    except InputTooLarge as large:
+        where = f"{request.config_label}: {table_key(request)}"
+        findings.problems.append(
+            Problem("exception", large.name, f"{where}: {large}", hint="give the input smaller shapes in the config")
+        )
+        return "error"
     except UserCodeError as error:
         cause = error.__cause__ or error
         findings.problems.append(exception_problem(str(error), cause, _path(request), described=False))
@@ -264,7 +272,7 @@ def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str
         # The first forward pass found the variables: draw 0 holds their values as they are.
         values.update(harness.variable_values())
     except Exception as error:  # the forward pass raised
-        if raised_by_gradcheck(error):
+        if raised_by_gradcheck(error) or isinstance(error, InputTooLarge):
             raise
         harness.restore()
         if dtype == "float64" and dtype_clash(error):
@@ -280,9 +288,29 @@ def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str
     if not outputs:
         findings.skip_reason = "the forward pass has no float or complex outputs: there is no gradient to check"
         return "skipped"
+    empty = _nothing_to_compare(plan, values, outputs)
+    if empty is not None:
+        findings.skip_reason = empty
+        return "skipped"
     findings.note(*verdict.complex_notes(harness.output_labels))
     harness.native_ahead(*draws(0))
     return _Prepared(built, plan, harness, draws, None if redrawn else outputs)
+
+
+def _nothing_to_compare(plan: CallPlan, values: Mapping[str, Any], outputs: list[np.ndarray]) -> str | None:
+    """Why no gradient element can be compared (every drawn input or every output has size 0), or None.
+
+    A zero-size input comes from an ``input_signature`` (``[0, 2]``; the config refuses size 0):
+    a check of it compares nothing, and must not pass as if it had.
+    """
+    drawn = [leaf for leaf in plan.leaves if leaf.spec is not None and leaf.spec.differentiable]
+    sizes = {leaf.name: np.shape(values[leaf.name]) for leaf in drawn if leaf.name in values}
+    if sizes and all(math.prod(shape) == 0 for shape in sizes.values()):
+        shown = ", ".join(f"{name} {format_shape(shape)}" for name, shape in sizes.items())
+        return f"nothing to compare: every input has size 0 ({shown}); give the input_signature non-zero sizes"
+    if all(np.size(output) == 0 for output in outputs):
+        return "nothing to compare: every output of the forward pass has size 0"
+    return None
 
 
 def _narrowed(plan: CallPlan, findings: _Findings) -> CallPlan:
@@ -513,6 +541,9 @@ def _checking(request: CheckRequest) -> Iterator[None]:
         variables = state.reachable_variables(subject.module, extra=(subject.obj, subject.forward))
         with (
             state.variables_preserved(variables),
+            # gradcheck's arithmetic (squares of tiny differences, ratios of zeros) is written for
+            # numpy's default error state; a caller's or module's np.seterr(all="raise") is not its own.
+            np.errstate(**state.NUMPY_ERRORS),
             _tf.quiet_logs(),
             tf.device(_tf.device_name(request.settings.device)),
         ):
@@ -531,6 +562,11 @@ def check_subject(request: CheckRequest) -> Result:
             status = "error"
             message = f"the function called sys.exit({exit_.code!r})"
             findings.problems.append(exception_problem(message, exit_, subject.path, described=False))
+        except BaseException as error:  # KeyboardInterrupt or another BaseException the user's code raised
+            if tracebacks.is_ctrl_c(error) or isinstance(error, GeneratorExit):
+                raise
+            status = "error"
+            findings.problems.append(exception_problem("the function raised", error, subject.path))
     return Result(
         id=subject.id,
         name=subject.name,

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from gradcheck.checking.diagnose import shape_hint
-from gradcheck.checking.exceptions import exception_problem, strip_ansi
+from gradcheck.checking.exceptions import exception_problem, message_of, strip_ansi
 from gradcheck.compare import compare_elementwise, tolerance
 from gradcheck.harness import Source
 from gradcheck.inputs import CallPlan
@@ -106,7 +106,7 @@ def audit(subject: Audited, outcome: Outcome) -> Audit:
     """Count, shape and dtype of what the backward functions returned in one run."""
     error = outcome.error
     records = outcome.records
-    if error is not None and _VARIABLES_REFUSED in str(error):
+    if error is not None and _VARIABLES_REFUSED in message_of(error):
         return Audit([variables_refused(subject, error, records)])
     failed = next((r for r in records if r.phase != "backward-done"), None)
     if error is not None and (failed is not None or not records):
@@ -154,7 +154,7 @@ def grad_fn_called(plan: CallPlan, records: list[BackwardRecord]) -> list[Proble
 
 def variables_refused(subject: Audited, error: BaseException, records: list[BackwardRecord]) -> Problem:
     """TensorFlow refusing a backward function that reads variables but takes no ``variables=``."""
-    read = re.findall(r"<tf\.Variable '([^']+)'", strip_ansi(str(error)))
+    read = re.findall(r"<tf\.Variable '([^']+)'", strip_ansi(message_of(error)))
     names = []
     for raw in read:
         ours = [n for n, v in subject.variables if v.name == raw]

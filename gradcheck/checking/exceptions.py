@@ -7,6 +7,7 @@ import traceback
 
 from gradcheck import tracebacks
 from gradcheck.results import Problem
+from gradcheck.tracebacks import message_of as message_of
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -21,7 +22,7 @@ def strip_ansi(text: str) -> str:
 
 
 def _message_lines(error: BaseException) -> list[str]:
-    text = strip_ansi(str(error))
+    text = strip_ansi(message_of(error))
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     # Keras wraps errors raised in call() in a paragraph of its own; the cause follows.
     return [

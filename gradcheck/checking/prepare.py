@@ -9,6 +9,7 @@ result.
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ import numpy as np
 
 from gradcheck import _tf, nesting, probing
 from gradcheck.arrays import standard_normal
-from gradcheck.checking.exceptions import UserCodeError, describe_exception
+from gradcheck.checking.exceptions import UserCodeError, describe_exception, message_of
 from gradcheck.config import VariableValue
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, TensorSpec, draw_tensor, plan_call, subject_rng
@@ -45,13 +46,13 @@ class NeedsFloat32(Exception):
     """Float64 inputs met code written for float32: the check is rerun in float32."""
 
     def __init__(self, error: BaseException) -> None:
-        super().__init__(str(error))
+        super().__init__(message_of(error))
         self.error = error
 
 
 def dtype_clash(error: BaseException) -> bool:
     """True when ``error`` says that float64 inputs met float32 code."""
-    return type(error).__name__ in _SHAPE_ERRORS and bool(_DTYPE_CLASH.search(str(error)))
+    return type(error).__name__ in _SHAPE_ERRORS and bool(_DTYPE_CLASH.search(message_of(error)))
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def _construct(request: CheckRequest, cls: type, kwargs: dict[str, Any], what: s
         described = describe_exception(error, request.subject.path)
         if not given:
             advice = f"give its arguments as init = {{...}} in {table_key(request)}"
-        elif re.search(r"\bVariable\b", str(error)):
+        elif re.search(r"\bVariable\b", message_of(error)):
             advice = "give the argument it names as { value = ..., variable = true } in init"
         else:
             advice = f"it rejected the init values given ({', '.join(given)}): check them"
@@ -132,7 +133,7 @@ def _init_hint(request: CheckRequest, cls: type, given: list[str], error: TypeEr
         where += f" (or [classes.{cls.__name__}], shared by every method)"
     already = f"; init gives {', '.join(given)}" if given else ""
     return (
-        f"{cls.__name__}(...) needs constructor arguments ({error}){already}; "
+        f"{cls.__name__}(...) needs constructor arguments ({message_of(error)}){already}; "
         f"add to {request.config_label}: {where} init = {{ {wanted} }}"
     )
 
@@ -490,6 +491,18 @@ def redraw_layer_weights(values: dict[str, Any], layer: Any, harness: Harness, r
         values[name] = round_to(drawn, variable.dtype.name)
 
 
+class InputTooLarge(Exception):
+    """gradcheck's own draw of a configured input did not fit in memory: the config's shape is at fault."""
+
+    def __init__(self, name: str, shape: tuple[int, ...]) -> None:
+        size = math.prod(shape)
+        super().__init__(
+            f"input {name}: shape {format_shape(shape)} is {size:,} elements ({size * 8 / 1e9:.1f} GB in float64): "
+            "too large to draw in this process's memory, so the function was not called"
+        )
+        self.name = name
+
+
 def draw_values(plan: CallPlan, rng: np.random.Generator) -> dict[str, Any]:
     """One set of argument values: tensors drawn from ``rng``, constants as they are."""
     values: dict[str, Any] = {}
@@ -497,7 +510,10 @@ def draw_values(plan: CallPlan, rng: np.random.Generator) -> dict[str, Any]:
         if leaf.spec is None:
             values[leaf.name] = leaf.value
             continue
-        array = draw_tensor(leaf.spec, rng)
+        try:
+            array = draw_tensor(leaf.spec, rng)
+        except MemoryError:
+            raise InputTooLarge(leaf.name, leaf.spec.shape) from None
         if leaf.spec.differentiable and leaf.spec.dtype != "float64":
             # Keep the base point exactly representable, so perturbations are exact too.
             array = round_to(array, leaf.spec.dtype)
