@@ -379,6 +379,14 @@ def parse_config(document: Mapping[str, Any], path: Path | None, extra_dims: Map
 
 def read_config_file(path: Path, extra_dims: Mapping[str, int] | None = None) -> Config:
     """Load and validate ``gradcheck.toml`` or the ``[tool.gradcheck]`` of ``pyproject.toml``."""
+    document = _read_toml(path)
+    if path.name == "pyproject.toml":
+        document = _gradcheck_table(path, document) or {}
+    return parse_config(document, path, extra_dims)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file parsed, or a one-line :class:`ConfigError` naming it."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -386,14 +394,38 @@ def read_config_file(path: Path, extra_dims: Mapping[str, int] | None = None) ->
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read config file: {error}") from None
     try:
-        document = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: invalid TOML: {error}") from None
-    if path.name == "pyproject.toml":
-        document = document.get("tool", {}).get("gradcheck", {})
-        if not isinstance(document, dict):
-            raise ConfigError(f"{path}: [tool.gradcheck] must be a table")
-    return parse_config(document, path, extra_dims)
+        raise ConfigError(f"{path}: invalid TOML: {' '.join(str(error).split())}") from None
+
+
+#: TOML's names for the values a key can hold, for messages.
+_TOML_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"), (list, "an array"))
+
+
+def _toml_type(value: Any) -> str:
+    return next((name for kind, name in _TOML_TYPES if isinstance(value, kind)), "a date or time")
+
+
+def _gradcheck_table(path: Path, document: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``[tool.gradcheck]`` table of a parsed ``pyproject.toml``; None where it has none.
+
+    A ``tool`` or ``tool.gradcheck`` that is not a table is an error, not "no
+    config": that file may well be meant to configure gradcheck.
+    """
+    tool = document.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(
+            f"{path}: tool must be a table ([tool.gradcheck] holds gradcheck's keys), not {_toml_type(tool)}; "
+            "write [tool] tables instead, or remove the key"
+        )
+    table = tool.get("gradcheck")
+    if table is not None and not isinstance(table, dict):
+        raise ConfigError(
+            f"{path}: [tool.gradcheck] must be a table of gradcheck's keys, not {_toml_type(table)}; "
+            "write them under a [tool.gradcheck] header, e.g. seed = 0"
+        )
+    return table
 
 
 PROJECT_ROOT_MARKERS = (".git", "pyproject.toml", "setup.cfg")
@@ -422,12 +454,9 @@ def find_config_file(start: Path) -> Path | None:
 
 
 def _has_tool_table(pyproject: Path) -> bool:
-    try:
-        document = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        # A broken pyproject.toml that is not ours to read is not our error.
-        return False
-    return "gradcheck" in document.get("tool", {})
+    # A pyproject.toml that cannot be read may hold the user's [tool.gradcheck]: running without
+    # it would check with the wrong settings, silently. pytest stops there too.
+    return _gradcheck_table(pyproject, _read_toml(pyproject)) is not None
 
 
 def merged_settings(config: Config, subject: SubjectConfig | None, overrides: Mapping[str, Any]) -> Settings:

@@ -56,6 +56,17 @@ def _package_without_the_module(project: Path) -> None:
     write(project, "pkg/__init__.py", "")
 
 
+def _pyproject(text: str) -> Callable[[Path], None]:
+    """A project whose pyproject.toml, found by the config search, is broken."""
+
+    def lay_out(project: Path) -> None:
+        (project / "gradcheck.toml").unlink()
+        write(project, "ops.py", GOOD)
+        write(project, "pyproject.toml", text)
+
+    return lay_out
+
+
 def _square_config(line: str) -> str:
     return f"[functions.square]\ninputs = {{ {line} }}\n"
 
@@ -194,6 +205,20 @@ BAD_INPUTS: list[tuple[str, Callable[[Path], None], list[str], list[str]]] = [
         _config("[functions.square]\nprojections = 2.5\n"),
         ["ops.py"],
         ["gradcheck.toml", "functions.square.projections", "2.5 must be a positive integer"],
+    ),
+    ("pyproject.toml whose tool is an integer", _pyproject("tool = 3\n"), ["ops.py"], ["pyproject.toml", "integer"]),
+    ("pyproject.toml whose tool is a string", _pyproject('tool = "x"\n'), ["ops.py"], ["pyproject.toml", "string"]),
+    (
+        "pyproject.toml whose tool.gradcheck is an integer",
+        _pyproject("[tool]\ngradcheck = 5\n"),
+        ["ops.py"],
+        ["pyproject.toml", "[tool.gradcheck] must be a table", "not an integer"],
+    ),
+    (
+        "pyproject.toml that does not parse",
+        _pyproject("[project\nname = 'x'\n"),
+        ["ops.py"],
+        ["pyproject.toml", "invalid TOML", "line 1"],
     ),
     ("config file given with -c that does not exist", _good_module, ["ops.py", "-c", "nope.toml"], ["nope.toml"]),
     # -- options

@@ -115,6 +115,38 @@ def test_pyproject_tool_table(tmp_path: Path) -> None:
         _load(tmp_path, "[tool.gradcheck]\nsede = 3\n", name="pyproject.toml")
 
 
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("tool = 3", "tool must be a table ([tool.gradcheck] holds gradcheck's keys), not an integer"),
+        ('tool = "gradcheck"', "tool must be a table ([tool.gradcheck] holds gradcheck's keys), not a string"),
+        ("tool = [1, 2]", "tool must be a table ([tool.gradcheck] holds gradcheck's keys), not an array"),
+        ("[tool]\ngradcheck = 5", "[tool.gradcheck] must be a table of gradcheck's keys, not an integer"),
+        ("[tool]\ngradcheck = 'fast'", "[tool.gradcheck] must be a table of gradcheck's keys, not a string"),
+        ("[tool\nname = 1\n", "invalid TOML"),
+    ],
+)
+def test_a_bad_pyproject_is_one_line_naming_it_when_searched_and_when_read(
+    tmp_path: Path, text: str, fragment: str
+) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_text(text, encoding="utf-8")
+    for attempt in (lambda: find_config_file(tmp_path / "ops.py"), lambda: read_config_file(path.resolve())):
+        with pytest.raises(ConfigError) as caught:
+            attempt()
+        message = str(caught.value)
+        assert "\n" not in message
+        assert message.startswith(f"{path.resolve()}: "), message
+        assert fragment in message, message
+
+
+def test_a_pyproject_with_other_tools_only_ends_the_search_without_a_config(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff]\nline-length = 100\n", encoding="utf-8")
+    assert find_config_file(tmp_path / "ops.py") is None
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff]\n[tool.gradcheck]\nseed = 2\n", encoding="utf-8")
+    assert read_config_file(find_config_file(tmp_path / "ops.py")).settings == {"seed": 2}  # type: ignore[arg-type]
+
+
 def test_method_tables_may_be_nested_or_quoted(tmp_path: Path) -> None:
     config = _load(
         tmp_path, "[functions.Ops.scale]\ninputs = { x = [3] }\n[functions.'Ops.shift']\ninputs = { x = [2] }\n"
