@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,9 @@ _SUBJECT_KEYS = _SUBJECT_SETTING_KEYS | {"inputs", "constants", "init"}
 _INPUT_KEYS = {"shape", "dtype", "distribution", "low", "high", "items"}
 _CLASS_KEYS = {"init"}
 _VARIABLE_KEYS = {"value", "variable", "dtype"}
+_IMPORT_KEYS = {"import"}
+_IMPORT_EXAMPLE = '{ import = "module:attribute" }, e.g. { import = "my_project.bodies:step" } or "bodies.py:step"'
+_DOTTED_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,32 @@ class VariableValue:
     """The initial value (a number or nested lists of numbers)."""
     dtype: str | None = None
     """Its dtype; None: float64 for floats (float32 under a float32 run), int32 for integers."""
+
+
+@dataclass(frozen=True)
+class ImportValue:
+    """An ``init`` or ``constants`` value that is a Python object: ``{ import = "module:attribute" }``.
+
+    Only its form is checked when the config is read (no import, no
+    TensorFlow); the check's request imports it
+    (:func:`gradcheck.discovery.import_object`).
+    """
+
+    module: str
+    """A dotted module name, or a path to a ``.py`` file (relative to :attr:`folder`)."""
+    attribute: str
+    """The attribute of that module; dotted for an attribute of an attribute (``Class.method``)."""
+    source: str
+    """What gave it, for messages: the config file, or ``gradcheck.check()``."""
+    key: str
+    """Where it was written: ``functions.for_loop.constants.body_fn``."""
+    folder: Path | None = None
+    """The config file's folder; None: the current directory (``gradcheck.check``)."""
+
+    @property
+    def spec(self) -> str:
+        """``module:attribute``, as written."""
+        return f"{self.module}:{self.attribute}"
 
 
 @dataclass(frozen=True)
@@ -238,7 +268,9 @@ def parse_input(label: str, key: str, raw: Any, dims: Mapping[str, int]) -> Inpu
     )
 
 
-def _parse_subject(label: str, key: str, raw: Any, dims: Mapping[str, int], allowed: set[str]) -> SubjectConfig:
+def _parse_subject(
+    label: str, key: str, raw: Any, dims: Mapping[str, int], allowed: set[str], folder: Path | None
+) -> SubjectConfig:
     if not isinstance(raw, dict):
         raise _fail(label, key, f"{raw!r} must be a table")
     _check_keys(label, key, raw, allowed)
@@ -252,8 +284,8 @@ def _parse_subject(label: str, key: str, raw: Any, dims: Mapping[str, int], allo
     both = set(inputs) & set(constants)
     if both:
         raise _fail(label, key, f"'{sorted(both)[0]}' is both an input and a constant")
-    init = parse_values(label, f"{key}.init", raw.get("init", {}), "a table of keyword arguments")
-    constants = parse_values(label, f"{key}.constants", constants, "a table of name = value")
+    init = parse_values(label, f"{key}.init", raw.get("init", {}), "a table of keyword arguments", folder)
+    constants = parse_values(label, f"{key}.constants", constants, "a table of name = value", folder)
     settings = {
         name: validate_setting(label, f"{key}.{name}", value)
         for name, value in raw.items()
@@ -262,14 +294,19 @@ def _parse_subject(label: str, key: str, raw: Any, dims: Mapping[str, int], allo
     return SubjectConfig(inputs=inputs, constants=dict(constants), init=dict(init), settings=settings)
 
 
-def parse_values(label: str, key: str, raw: Any, what: str = "a table of name = value") -> dict[str, Any]:
-    """``init`` or ``constants``: values as they are; ``{ value = ..., variable = true }`` a :class:`VariableValue`."""
+def parse_values(
+    label: str, key: str, raw: Any, what: str = "a table of name = value", folder: Path | None = None
+) -> dict[str, Any]:
+    """``init`` or ``constants``: values as they are; ``{ value = ..., variable = true }`` a :class:`VariableValue`,
+    ``{ import = "module:attribute" }`` an :class:`ImportValue` (a path in it is read from ``folder``)."""
     if not isinstance(raw, dict):
         raise _fail(label, key, f"must be {what}")
-    return {name: _parse_value(label, f"{key}.{name}", value) for name, value in raw.items()}
+    return {name: _parse_value(label, f"{key}.{name}", value, folder) for name, value in raw.items()}
 
 
-def _parse_value(label: str, key: str, raw: Any) -> Any:
+def _parse_value(label: str, key: str, raw: Any, folder: Path | None) -> Any:
+    if isinstance(raw, dict) and _is_import(raw):
+        return _parse_import(label, key, raw, folder)
     # A table is a plain dict argument unless it says `variable`: dict arguments keep working.
     # A misspelt `variable` next to `value` is still reported, not passed on as a dict.
     if not isinstance(raw, dict) or not ("variable" in raw or ("value" in raw and _near_variable(raw))):
@@ -288,6 +325,39 @@ def _parse_value(label: str, key: str, raw: Any) -> Any:
     return VariableValue(value=value, dtype=dtype) if raw["variable"] else value
 
 
+def _is_import(raw: dict[str, Any]) -> bool:
+    """``{ import = ... }``, or a one-key table that misspells it with a ``module:attribute`` string."""
+    if "import" in raw:
+        return True
+    if len(raw) != 1:
+        return False
+    ((key, value),) = raw.items()
+    return isinstance(value, str) and ":" in value and bool(difflib.get_close_matches(key, ["import"], cutoff=0.75))
+
+
+def _parse_import(label: str, key: str, raw: dict[str, Any], folder: Path | None) -> ImportValue:
+    """The form of ``{ import = "module:attribute" }``; what it names is imported later, for the check."""
+    _check_keys(label, key, raw, _IMPORT_KEYS)
+    spec = raw["import"]
+    if not isinstance(spec, str):
+        raise _fail(label, f"{key}.import", f"{spec!r} must be a string: {_IMPORT_EXAMPLE}")
+    module, colon, attribute = spec.rpartition(":")  # rpartition: a Windows path has a colon of its own
+    problem = None
+    if not colon:
+        problem = "has no ':' between the module and the attribute"
+    elif not module:
+        problem = "has no module before the ':'"
+    elif not attribute:
+        problem = "has no attribute after the ':'"
+    elif not module.endswith(".py") and not _DOTTED_NAME.match(module):
+        problem = f"'{module}' is neither a dotted module name nor a path to a .py file"
+    elif not _DOTTED_NAME.match(attribute):
+        problem = f"'{attribute}': the attribute must be a name, or dotted names (Class.attribute)"
+    if problem is not None:
+        raise _fail(label, f"{key}.import", f"{spec!r} {problem}; write {_IMPORT_EXAMPLE}")
+    return ImportValue(module=module, attribute=attribute, source=label, key=key, folder=folder)
+
+
 def _near_variable(raw: dict[str, Any]) -> bool:
     return any(difflib.get_close_matches(key, ["variable"], n=1, cutoff=0.75) for key in raw)
 
@@ -298,7 +368,7 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _parse_classes(label: str, raw: Any) -> dict[str, dict[str, Any]]:
+def _parse_classes(label: str, raw: Any, folder: Path | None) -> dict[str, dict[str, Any]]:
     """``[classes.NAME]`` tables: only ``init``, shared by every method of the class."""
     if not isinstance(raw, dict):
         raise _fail(label, "classes", "must be a table of [classes.NAME] tables")
@@ -314,7 +384,7 @@ def _parse_classes(label: str, raw: Any) -> dict[str, dict[str, Any]]:
                     f'unknown key: a class table holds only init; {key} goes in [functions."{name}.METHOD"]',
                 )
         classes[name] = parse_values(
-            label, f"classes.{name}.init", table.get("init", {}), "a table of keyword arguments"
+            label, f"classes.{name}.init", table.get("init", {}), "a table of keyword arguments", folder
         )
     return classes
 
@@ -344,6 +414,7 @@ def _flatten_functions(label: str, table: Any, prefix: str) -> dict[str, Any]:
 def parse_config(document: Mapping[str, Any], path: Path | None, extra_dims: Mapping[str, int] | None = None) -> Config:
     """Validate a config document (the parsed TOML table)."""
     label = str(path) if path is not None else "config"
+    folder = path.parent if path is not None else None
     _check_keys(label, "", document, _TOP_KEYS)
     dims_raw = document.get("dims", {})
     if not isinstance(dims_raw, dict):
@@ -357,14 +428,15 @@ def parse_config(document: Mapping[str, Any], path: Path | None, extra_dims: Map
     settings = {key: validate_setting(label, key, value) for key, value in document.items() if key in _SETTING_KEYS}
     report = {key: validate_setting(label, key, value) for key, value in document.items() if key in _REPORT_KEYS}
     functions = {
-        name: _parse_subject(label, f"functions.{name}", raw, dims, _SUBJECT_KEYS)
+        name: _parse_subject(label, f"functions.{name}", raw, dims, _SUBJECT_KEYS, folder)
         for name, raw in _flatten_functions(label, document.get("functions", {}), "functions").items()
     }
     layers_raw = document.get("layers", {})
     if not isinstance(layers_raw, dict):
         raise _fail(label, "layers", "must be a table of [layers.NAME] tables")
     layers = {
-        name: _parse_subject(label, f"layers.{name}", raw, dims, _SUBJECT_KEYS) for name, raw in layers_raw.items()
+        name: _parse_subject(label, f"layers.{name}", raw, dims, _SUBJECT_KEYS, folder)
+        for name, raw in layers_raw.items()
     }
     return Config(
         path=path,
@@ -373,7 +445,7 @@ def parse_config(document: Mapping[str, Any], path: Path | None, extra_dims: Map
         dims=dims,
         functions=functions,
         layers=layers,
-        classes=_parse_classes(label, document.get("classes", {})),
+        classes=_parse_classes(label, document.get("classes", {}), folder),
     )
 
 
