@@ -360,7 +360,11 @@ def _no_shapes(request: CheckRequest, search: probing.Search, dtype: str) -> Pro
             f"{name} = {{ shape = {list(shape)}, low = ..., high = ... }}" for name, shape in shapes.items()
         )
     else:
-        example = ", ".join(f"{name} = [...]" for name in names)
+        # A documented list of tensors is one input per tensor: the form is not one the user would guess.
+        example = ", ".join(
+            f"{name} = {{ items = [[...], [...]] }}" if search.hints[name].sequence else f"{name} = [...]"
+            for name in names
+        )
     last_error = errors[-1] if errors else None
     why = f" (last try: {describe_exception(last_error, subject.path)})" if last_error else ""
     tried = f"{len(search.attempts)} tried"
