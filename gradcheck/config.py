@@ -332,7 +332,12 @@ def _is_import(raw: dict[str, Any]) -> bool:
     if len(raw) != 1:
         return False
     ((key, value),) = raw.items()
-    return isinstance(value, str) and ":" in value and bool(difflib.get_close_matches(key, ["import"], cutoff=0.75))
+    # Close enough for "imprt" or "Imports", not for a dict argument's "port = 'host:80'".
+    return (
+        isinstance(value, str)
+        and ":" in value
+        and bool(difflib.get_close_matches(key.lower(), ["import"], cutoff=0.85))
+    )
 
 
 def _parse_import(label: str, key: str, raw: dict[str, Any], folder: Path | None) -> ImportValue:

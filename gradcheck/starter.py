@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradcheck import probing
 from gradcheck.checking import guess_shapes
 from gradcheck.config import Settings
 from gradcheck.session import RunOptions, collect, request_for
@@ -60,6 +61,8 @@ class StarterEntry:
     """The class could not be built without arguments."""
     parameters: tuple[str, ...] = ()
     """The required arguments of the function (a layer's ``call``), for the placeholder."""
+    lists: tuple[str, ...] = ()
+    """Of :attr:`parameters`, those documented as lists of tensors: their placeholder is ``items``."""
     init_parameters: tuple[str, ...] = ()
     """The required constructor arguments of a layer or a method's class, for the placeholder."""
     dtype: str | None = None
@@ -86,6 +89,8 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0) -> list[StarterEntr
             needs_init = subject.binding in ("method", "layer") and (
                 "could not construct" in failure or "needs constructor arguments" in failure
             )
+            parameters = _required(_called(subject), skip_first=subject.binding in ("method", "layer"))
+            hints = probing.hints_for(_called(subject), parameters)
             entries.append(
                 StarterEntry(
                     kind=subject.kind,
@@ -94,7 +99,8 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0) -> list[StarterEntr
                     failure=failure,
                     constants=guess.constants,
                     needs_init=needs_init,
-                    parameters=_required(_called(subject), skip_first=subject.binding in ("method", "layer")),
+                    parameters=parameters,
+                    lists=tuple(name for name, hint in hints.items() if hint.sequence),
                     init_parameters=_required(subject.owner, skip_first=False) if needs_init else (),
                 )
             )
@@ -202,7 +208,11 @@ def render_starter(entries: list[StarterEntry], command: str) -> str:
             given = {name for name, _ in entry.constants}
             tensors = [name for name in entry.parameters if name not in given]
             if tensors or not given:
-                placeholder = ", ".join(f"{toml_key(name)} = [4, 5]" for name in tensors) or "x = [4, 5]"
+                placeholder = ", ".join(
+                    f"{toml_key(name)} = " + ("{ items = [[4, 5], [4, 5]] }" if name in entry.lists else "[4, 5]")
+                    for name in tensors
+                )
+                placeholder = placeholder or "x = [4, 5]"
                 lines.append(f"# inputs = {{ {placeholder} }}  # the shape of each argument, in order")
             continue
         if not entry.inputs:

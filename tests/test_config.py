@@ -145,6 +145,7 @@ init = { body = { import = "bodies:step" } }
         ('{ import = "my-bodies:step" }', ["'my-bodies'", "neither a dotted module name nor a path to a .py file"]),
         ('{ import = "bodies:step()" }', ["'step()'", "attribute must be a name"]),
         ('{ imprt = "bodies:step" }', ["constants.body_fn.imprt", "did you mean 'import'"]),
+        ('{ Imports = "bodies:step" }', ["constants.body_fn.Imports", "did you mean 'import'"]),
     ],
 )
 def test_bad_import_values_name_file_and_key(tmp_path: Path, value: str, fragments: list[str]) -> None:
@@ -158,8 +159,12 @@ def test_bad_import_values_name_file_and_key(tmp_path: Path, value: str, fragmen
 
 
 def test_a_dict_constant_that_is_no_import_stays_a_dict(tmp_path: Path) -> None:
-    config = _load(tmp_path, '[functions.f]\nconstants = { options = { mode = "a:b", important = 1 } }\n')
+    config = _load(
+        tmp_path,
+        '[functions.f]\nconstants = { options = { mode = "a:b", important = 1 }, server = { port = "host:80" } }\n',
+    )
     assert config.functions["f"].constants["options"] == {"mode": "a:b", "important": 1}
+    assert config.functions["f"].constants["server"] == {"port": "host:80"}
 
 
 def test_invalid_toml_shows_the_line(tmp_path: Path) -> None:

@@ -182,6 +182,27 @@ def test_init_writes_placeholders_with_the_real_argument_names(project: Path) ->
     assert "# constants" not in text  # no argument here is a Python value
 
 
+def test_starter_todo_gives_python_values_as_constants_and_documented_lists_as_items() -> None:
+    entry = StarterEntry(
+        kind="function",
+        name="for_loop",
+        id="loops.py::for_loop",
+        failure="arguments body_fn and n are not tensors",
+        constants=(("body_fn", '{ import = "your_module:body_fn" }'), ("n", "...")),
+        parameters=("body_fn", "initial_state", "scale", "n"),
+        lists=("initial_state",),
+    )
+    lines = render_starter([entry], "gradcheck init loops.py").splitlines()
+    todo = lines[lines.index("[functions.for_loop]") + 1 :]
+    assert todo == [
+        "# TODO: arguments body_fn and n are not tensors",
+        '# constants = { body_fn = { import = "your_module:body_fn" }, n = ... }'
+        "  # Python values; a function is imported from your code",
+        "# inputs = { initial_state = { items = [[4, 5], [4, 5]] }, scale = [4, 5] }"
+        "  # the shape of each argument, in order",
+    ]
+
+
 def test_init_writes_a_callable_argument_as_an_import_todo_and_the_file_stays_valid(project: Path) -> None:
     (project / "gradcheck.toml").unlink()
     write(project, "ops.py", FOR_LOOP)
