@@ -26,7 +26,7 @@ from typing import Any
 
 from gradcheck import _tf, nesting, tracebacks
 from gradcheck.config import ImportValue, closest
-from gradcheck.errors import ConfigError, TargetError
+from gradcheck.errors import ConfigError, TargetError, UsageError
 
 #: Folders never searched, as pytest's ``norecursedirs``.
 SKIPPED_DIRS = {"__pycache__", "build", "dist", "node_modules", "venv", "env", "site-packages", "CVS"}
@@ -316,7 +316,7 @@ def import_object(value: ImportValue, target: Path | None) -> Any:
     where = f"{value.source}: {value.key}: {value.spec}"
     try:
         module = _imported_for_config(value.module, base, target)
-    except TargetError as error:
+    except UsageError as error:  # the module's own failure, as load_module words it
         raise ConfigError(f"{where}: {error}") from error
     found: Any = module
     parts = value.attribute.split(".")
@@ -329,7 +329,7 @@ def import_object(value: ImportValue, target: Path | None) -> Any:
             names = [name for name in dir(found) if not name.startswith("_")]
             missing = f"has no attribute '{part}'{closest(part, names)}"
             if not isinstance(error, AttributeError):
-                missing = f"raised {type(error).__name__} reading '{part}': {error}"
+                missing = f"raised {type(error).__name__} reading '{part}': {_one_line(error)}"
             raise ConfigError(f"{where}: {owner} {missing}; name an attribute it defines") from error
     return found
 
@@ -347,8 +347,10 @@ def _imported_for_config(module: str, base: Path, target: Path | None) -> Module
             stack.enter_context(_import_context(folder))
         try:
             spec = importlib.util.find_spec(module)
-        except Exception as error:  # a parent package's __init__ failed to import
-            raise TargetError(f"cannot import {module}: {type(error).__name__}: {error}") from error
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # a parent package's __init__ raised, whatever it raised
+            raise TargetError(f"cannot import {module}: {type(error).__name__}: {_one_line(error)}") from error
     if spec is None:
         searched = " or ".join(str(folder) for folder in folders)
         raise TargetError(
@@ -357,7 +359,14 @@ def _imported_for_config(module: str, base: Path, target: Path | None) -> Module
         )
     if spec.origin is not None and spec.origin.endswith(".py"):
         return load_module(Path(spec.origin))
-    return importlib.import_module(module)  # built in, or compiled: a library, nothing of the user's to isolate
+    try:  # built in, or compiled: a library, nothing of the user's to isolate
+        return importlib.import_module(module)
+    except Exception as error:
+        raise TargetError(f"cannot import {module}: {type(error).__name__}: {_one_line(error)}") from error
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
 
 
 def _clashes(name: str) -> bool:

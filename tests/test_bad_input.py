@@ -73,6 +73,8 @@ def _body_import(value: str, bodies: str = BODIES) -> Callable[[Path], None]:
     def lay_out(project: Path) -> None:
         write(project, "ops.py", FOR_LOOP)
         write(project, "bodies.py", bodies)
+        write(project, "steps/__init__.py", bodies)
+        write(project, "steps/bodies.py", BODIES)
         write(
             project,
             "gradcheck.toml",
@@ -259,6 +261,12 @@ BAD_INPUTS: list[tuple[str, Callable[[Path], None], list[str], list[str]]] = [
         _body_import('{ import = "bodies:step" }', "raise RuntimeError('needs a GPU')\n"),
         ["ops.py"],
         ["gradcheck.toml: functions.for_loop.constants.body_fn", "bodies.py:1", "RuntimeError: needs a GPU"],
+    ),
+    (
+        "import of a module whose package raises on import",
+        _body_import('{ import = "steps.bodies:step" }', "raise RuntimeError('package needs a GPU')\n"),
+        ["ops.py"],
+        ["gradcheck.toml: functions.for_loop.constants.body_fn", "cannot import steps.bodies", "needs a GPU"],
     ),
     (
         "import value that is no string",
