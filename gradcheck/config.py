@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,9 @@ _SUBJECT_KEYS = _SUBJECT_SETTING_KEYS | {"inputs", "constants", "init"}
 _INPUT_KEYS = {"shape", "dtype", "distribution", "low", "high", "items"}
 _CLASS_KEYS = {"init"}
 _VARIABLE_KEYS = {"value", "variable", "dtype"}
+_IMPORT_KEYS = {"import"}
+_IMPORT_EXAMPLE = '{ import = "module:attribute" }, e.g. { import = "my_project.bodies:step" } or "bodies.py:step"'
+_DOTTED_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,32 @@ class VariableValue:
     """The initial value (a number or nested lists of numbers)."""
     dtype: str | None = None
     """Its dtype; None: float64 for floats (float32 under a float32 run), int32 for integers."""
+
+
+@dataclass(frozen=True)
+class ImportValue:
+    """An ``init`` or ``constants`` value that is a Python object: ``{ import = "module:attribute" }``.
+
+    Only its form is checked when the config is read (no import, no
+    TensorFlow); the check's request imports it
+    (:func:`gradcheck.discovery.import_object`).
+    """
+
+    module: str
+    """A dotted module name, or a path to a ``.py`` file (relative to :attr:`folder`)."""
+    attribute: str
+    """The attribute of that module; dotted for an attribute of an attribute (``Class.method``)."""
+    source: str
+    """What gave it, for messages: the config file, or ``gradcheck.check()``."""
+    key: str
+    """Where it was written: ``functions.for_loop.constants.body_fn``."""
+    folder: Path | None = None
+    """The config file's folder; None: the current directory (``gradcheck.check``)."""
+
+    @property
+    def spec(self) -> str:
+        """``module:attribute``, as written."""
+        return f"{self.module}:{self.attribute}"
 
 
 @dataclass(frozen=True)
@@ -238,7 +268,9 @@ def parse_input(label: str, key: str, raw: Any, dims: Mapping[str, int]) -> Inpu
     )
 
 
-def _parse_subject(label: str, key: str, raw: Any, dims: Mapping[str, int], allowed: set[str]) -> SubjectConfig:
+def _parse_subject(
+    label: str, key: str, raw: Any, dims: Mapping[str, int], allowed: set[str], folder: Path | None
+) -> SubjectConfig:
     if not isinstance(raw, dict):
         raise _fail(label, key, f"{raw!r} must be a table")
     _check_keys(label, key, raw, allowed)
@@ -252,8 +284,8 @@ def _parse_subject(label: str, key: str, raw: Any, dims: Mapping[str, int], allo
     both = set(inputs) & set(constants)
     if both:
         raise _fail(label, key, f"'{sorted(both)[0]}' is both an input and a constant")
-    init = parse_values(label, f"{key}.init", raw.get("init", {}), "a table of keyword arguments")
-    constants = parse_values(label, f"{key}.constants", constants, "a table of name = value")
+    init = parse_values(label, f"{key}.init", raw.get("init", {}), "a table of keyword arguments", folder)
+    constants = parse_values(label, f"{key}.constants", constants, "a table of name = value", folder)
     settings = {
         name: validate_setting(label, f"{key}.{name}", value)
         for name, value in raw.items()
@@ -262,14 +294,19 @@ def _parse_subject(label: str, key: str, raw: Any, dims: Mapping[str, int], allo
     return SubjectConfig(inputs=inputs, constants=dict(constants), init=dict(init), settings=settings)
 
 
-def parse_values(label: str, key: str, raw: Any, what: str = "a table of name = value") -> dict[str, Any]:
-    """``init`` or ``constants``: values as they are; ``{ value = ..., variable = true }`` a :class:`VariableValue`."""
+def parse_values(
+    label: str, key: str, raw: Any, what: str = "a table of name = value", folder: Path | None = None
+) -> dict[str, Any]:
+    """``init`` or ``constants``: values as they are; ``{ value = ..., variable = true }`` a :class:`VariableValue`,
+    ``{ import = "module:attribute" }`` an :class:`ImportValue` (a path in it is read from ``folder``)."""
     if not isinstance(raw, dict):
         raise _fail(label, key, f"must be {what}")
-    return {name: _parse_value(label, f"{key}.{name}", value) for name, value in raw.items()}
+    return {name: _parse_value(label, f"{key}.{name}", value, folder) for name, value in raw.items()}
 
 
-def _parse_value(label: str, key: str, raw: Any) -> Any:
+def _parse_value(label: str, key: str, raw: Any, folder: Path | None) -> Any:
+    if isinstance(raw, dict) and _is_import(raw):
+        return _parse_import(label, key, raw, folder)
     # A table is a plain dict argument unless it says `variable`: dict arguments keep working.
     # A misspelt `variable` next to `value` is still reported, not passed on as a dict.
     if not isinstance(raw, dict) or not ("variable" in raw or ("value" in raw and _near_variable(raw))):
@@ -288,6 +325,44 @@ def _parse_value(label: str, key: str, raw: Any) -> Any:
     return VariableValue(value=value, dtype=dtype) if raw["variable"] else value
 
 
+def _is_import(raw: dict[str, Any]) -> bool:
+    """``{ import = ... }``, or a one-key table that misspells it with a ``module:attribute`` string."""
+    if "import" in raw:
+        return True
+    if len(raw) != 1:
+        return False
+    ((key, value),) = raw.items()
+    # Close enough for "imprt" or "Imports", not for a dict argument's "port = 'host:80'".
+    return (
+        isinstance(value, str)
+        and ":" in value
+        and bool(difflib.get_close_matches(key.lower(), ["import"], cutoff=0.85))
+    )
+
+
+def _parse_import(label: str, key: str, raw: dict[str, Any], folder: Path | None) -> ImportValue:
+    """The form of ``{ import = "module:attribute" }``; what it names is imported later, for the check."""
+    _check_keys(label, key, raw, _IMPORT_KEYS)
+    spec = raw["import"]
+    if not isinstance(spec, str):
+        raise _fail(label, f"{key}.import", f"{spec!r} must be a string: {_IMPORT_EXAMPLE}")
+    module, colon, attribute = spec.rpartition(":")  # rpartition: a Windows path has a colon of its own
+    problem = None
+    if not colon:
+        problem = "has no ':' between the module and the attribute"
+    elif not module:
+        problem = "has no module before the ':'"
+    elif not attribute:
+        problem = "has no attribute after the ':'"
+    elif not module.endswith(".py") and not _DOTTED_NAME.match(module):
+        problem = f"'{module}' is neither a dotted module name nor a path to a .py file"
+    elif not _DOTTED_NAME.match(attribute):
+        problem = f"'{attribute}': the attribute must be a name, or dotted names (Class.attribute)"
+    if problem is not None:
+        raise _fail(label, f"{key}.import", f"{spec!r} {problem}; write {_IMPORT_EXAMPLE}")
+    return ImportValue(module=module, attribute=attribute, source=label, key=key, folder=folder)
+
+
 def _near_variable(raw: dict[str, Any]) -> bool:
     return any(difflib.get_close_matches(key, ["variable"], n=1, cutoff=0.75) for key in raw)
 
@@ -298,7 +373,7 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _parse_classes(label: str, raw: Any) -> dict[str, dict[str, Any]]:
+def _parse_classes(label: str, raw: Any, folder: Path | None) -> dict[str, dict[str, Any]]:
     """``[classes.NAME]`` tables: only ``init``, shared by every method of the class."""
     if not isinstance(raw, dict):
         raise _fail(label, "classes", "must be a table of [classes.NAME] tables")
@@ -314,7 +389,7 @@ def _parse_classes(label: str, raw: Any) -> dict[str, dict[str, Any]]:
                     f'unknown key: a class table holds only init; {key} goes in [functions."{name}.METHOD"]',
                 )
         classes[name] = parse_values(
-            label, f"classes.{name}.init", table.get("init", {}), "a table of keyword arguments"
+            label, f"classes.{name}.init", table.get("init", {}), "a table of keyword arguments", folder
         )
     return classes
 
@@ -344,6 +419,7 @@ def _flatten_functions(label: str, table: Any, prefix: str) -> dict[str, Any]:
 def parse_config(document: Mapping[str, Any], path: Path | None, extra_dims: Mapping[str, int] | None = None) -> Config:
     """Validate a config document (the parsed TOML table)."""
     label = str(path) if path is not None else "config"
+    folder = path.parent if path is not None else None
     _check_keys(label, "", document, _TOP_KEYS)
     dims_raw = document.get("dims", {})
     if not isinstance(dims_raw, dict):
@@ -357,14 +433,15 @@ def parse_config(document: Mapping[str, Any], path: Path | None, extra_dims: Map
     settings = {key: validate_setting(label, key, value) for key, value in document.items() if key in _SETTING_KEYS}
     report = {key: validate_setting(label, key, value) for key, value in document.items() if key in _REPORT_KEYS}
     functions = {
-        name: _parse_subject(label, f"functions.{name}", raw, dims, _SUBJECT_KEYS)
+        name: _parse_subject(label, f"functions.{name}", raw, dims, _SUBJECT_KEYS, folder)
         for name, raw in _flatten_functions(label, document.get("functions", {}), "functions").items()
     }
     layers_raw = document.get("layers", {})
     if not isinstance(layers_raw, dict):
         raise _fail(label, "layers", "must be a table of [layers.NAME] tables")
     layers = {
-        name: _parse_subject(label, f"layers.{name}", raw, dims, _SUBJECT_KEYS) for name, raw in layers_raw.items()
+        name: _parse_subject(label, f"layers.{name}", raw, dims, _SUBJECT_KEYS, folder)
+        for name, raw in layers_raw.items()
     }
     return Config(
         path=path,
@@ -373,12 +450,20 @@ def parse_config(document: Mapping[str, Any], path: Path | None, extra_dims: Map
         dims=dims,
         functions=functions,
         layers=layers,
-        classes=_parse_classes(label, document.get("classes", {})),
+        classes=_parse_classes(label, document.get("classes", {}), folder),
     )
 
 
 def read_config_file(path: Path, extra_dims: Mapping[str, int] | None = None) -> Config:
     """Load and validate ``gradcheck.toml`` or the ``[tool.gradcheck]`` of ``pyproject.toml``."""
+    document = _read_toml(path)
+    if path.name == "pyproject.toml":
+        document = _gradcheck_table(path, document) or {}
+    return parse_config(document, path, extra_dims)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file parsed, or a one-line :class:`ConfigError` naming it."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -386,14 +471,38 @@ def read_config_file(path: Path, extra_dims: Mapping[str, int] | None = None) ->
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read config file: {error}") from None
     try:
-        document = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: invalid TOML: {error}") from None
-    if path.name == "pyproject.toml":
-        document = document.get("tool", {}).get("gradcheck", {})
-        if not isinstance(document, dict):
-            raise ConfigError(f"{path}: [tool.gradcheck] must be a table")
-    return parse_config(document, path, extra_dims)
+        raise ConfigError(f"{path}: invalid TOML: {' '.join(str(error).split())}") from None
+
+
+#: TOML's names for the values a key can hold, for messages.
+_TOML_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"), (list, "an array"))
+
+
+def _toml_type(value: Any) -> str:
+    return next((name for kind, name in _TOML_TYPES if isinstance(value, kind)), "a date or time")
+
+
+def _gradcheck_table(path: Path, document: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``[tool.gradcheck]`` table of a parsed ``pyproject.toml``; None where it has none.
+
+    A ``tool`` or ``tool.gradcheck`` that is not a table is an error, not "no
+    config": that file may well be meant to configure gradcheck.
+    """
+    tool = document.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(
+            f"{path}: tool must be a table ([tool.gradcheck] holds gradcheck's keys), not {_toml_type(tool)}; "
+            "write [tool] tables instead, or remove the key"
+        )
+    table = tool.get("gradcheck")
+    if table is not None and not isinstance(table, dict):
+        raise ConfigError(
+            f"{path}: [tool.gradcheck] must be a table of gradcheck's keys, not {_toml_type(table)}; "
+            "write them under a [tool.gradcheck] header, e.g. seed = 0"
+        )
+    return table
 
 
 PROJECT_ROOT_MARKERS = (".git", "pyproject.toml", "setup.cfg")
@@ -422,12 +531,9 @@ def find_config_file(start: Path) -> Path | None:
 
 
 def _has_tool_table(pyproject: Path) -> bool:
-    try:
-        document = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        # A broken pyproject.toml that is not ours to read is not our error.
-        return False
-    return "gradcheck" in document.get("tool", {})
+    # A pyproject.toml that cannot be read may hold the user's [tool.gradcheck]: running without
+    # it would check with the wrong settings, silently. pytest stops there too.
+    return _gradcheck_table(pyproject, _read_toml(pyproject)) is not None
 
 
 def merged_settings(config: Config, subject: SubjectConfig | None, overrides: Mapping[str, Any]) -> Settings:

@@ -27,8 +27,8 @@ from typing import Any
 
 from gradcheck import _tf, nesting, tracebacks
 from gradcheck import walk as walking
-from gradcheck.config import closest
-from gradcheck.errors import TargetError
+from gradcheck.config import ImportValue, closest
+from gradcheck.errors import ConfigError, TargetError, UsageError
 
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -395,6 +395,73 @@ def load_module(path: Path, base: Path | None = None) -> ModuleType:
                 f"importing the module raised {type(error).__name__}: {_text_of(error)}",
                 "fix the module-level code",
             ) from error
+
+
+def import_object(value: ImportValue, target: Path | None) -> Any:
+    """The object a ``{ import = "module:attribute" }`` config value names, imported as a target is.
+
+    A ``.py`` path is read from the config file's folder; a dotted name is
+    looked up with that folder and the import root of ``target`` (the
+    checked module's file) on ``sys.path``. A module of the user's is
+    imported by :func:`load_module`, so ``sys.modules`` and ``sys.path`` are
+    as before afterwards (the object keeps its module's globals alive).
+    Anything that fails is a :class:`ConfigError` naming the config file and key.
+    """
+    base = (value.folder or Path.cwd()).resolve()
+    where = f"{value.source}: {value.key}: {value.spec}"
+    try:
+        module = _imported_for_config(value.module, base, target)
+    except UsageError as error:  # the module's own failure, as load_module words it
+        raise ConfigError(f"{where}: {error}") from error
+    found: Any = module
+    parts = value.attribute.split(".")
+    for depth, part in enumerate(parts):
+        try:
+            found = getattr(found, part)
+        except Exception as error:  # AttributeError, or whatever a lazy attribute raises
+            # Named as written: the module may be imported under a private name (a file called random.py).
+            owner = value.module if depth == 0 else f"{value.module}:{'.'.join(parts[:depth])}"
+            names = [name for name in dir(found) if not name.startswith("_")]
+            missing = f"has no attribute '{part}'{closest(part, names)}"
+            if not isinstance(error, AttributeError):
+                missing = f"raised {type(error).__name__} reading '{part}': {_one_line(error)}"
+            raise ConfigError(f"{where}: {owner} {missing}; name an attribute it defines") from error
+    return found
+
+
+def _imported_for_config(module: str, base: Path, target: Path | None) -> ModuleType:
+    """The module of an ``import`` config value: a ``.py`` path below ``base``, or a dotted name."""
+    if module.endswith(".py"):
+        path = Path(module) if Path(module).is_absolute() else base / module
+        if not path.is_file():
+            raise TargetError(f"{display_path(path)}: no such file (a path is read from {base})")
+        return load_module(path)
+    folders = list(dict.fromkeys([base, *([import_root(target)] if target is not None else [])]))
+    with contextlib.ExitStack() as stack:
+        for folder in reversed(folders):  # the config's folder ends up first on sys.path
+            stack.enter_context(_import_context(folder))
+        try:
+            spec = importlib.util.find_spec(module)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # a parent package's __init__ raised, whatever it raised
+            raise TargetError(f"cannot import {module}: {type(error).__name__}: {_one_line(error)}") from error
+    if spec is None:
+        searched = " or ".join(str(folder) for folder in folders)
+        raise TargetError(
+            f"no module named '{module}' importable from {searched}; "
+            "put it there, or give the path of its .py file relative to the config file"
+        )
+    if spec.origin is not None and spec.origin.endswith(".py"):
+        return load_module(Path(spec.origin))
+    try:  # built in, or compiled: a library, nothing of the user's to isolate
+        return importlib.import_module(module)
+    except Exception as error:
+        raise TargetError(f"cannot import {module}: {type(error).__name__}: {_one_line(error)}") from error
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(_text_of(error).split())
 
 
 def _clashes(name: str) -> bool:

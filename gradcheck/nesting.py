@@ -26,6 +26,7 @@ import inspect
 import sys
 import textwrap
 from collections.abc import Iterator
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -230,14 +231,30 @@ def _is_factory(function: Any) -> bool:
 
 
 _PYTHON_TYPES = {"str", "int", "bool", "float", "Text"}
+#: Keyword arguments that take a loop count (``tf.while_loop(..., maximum_iterations=n)``).
+_COUNT_KEYWORDS = {"maximum_iterations"}
 
 
-def non_tensor_parameters(function: Any) -> dict[str, str]:
+@dataclass(frozen=True)
+class PythonParameter:
+    """A parameter the code shows to be a Python value, not a tensor."""
+
+    reason: str
+    """What in the code shows it: ``annotated int``, ``called as body_fn(...)``."""
+    callable: bool = False
+    """It is a function (called, or annotated ``Callable``): the config gives it as ``{ import = ... }``."""
+
+
+def non_tensor_parameters(function: Any) -> dict[str, PythonParameter]:
     """Parameters the code shows to be Python values, not tensors, each with the reason.
 
-    Read from the source: an annotation ``str``/``int``/``bool``/``float``,
-    or a comparison with a string (``mode == "floor"``, ``mode in ("a", "b")``).
-    Such an argument cannot be drawn: it must be set in ``constants``.
+    Read from the source: an annotation ``str``/``int``/``bool``/``float``
+    or ``Callable``; a comparison with a string (``mode == "floor"``,
+    ``mode in ("a", "b")``); a loop count (``range(n)``,
+    ``maximum_iterations=n``); a call of the parameter itself
+    (``body_fn(i, state)``, in nested functions too, as TF Quant Finance's
+    ``for_loop`` calls its body). Such an argument cannot be drawn: it must
+    be set in ``constants``.
     """
     try:
         source = textwrap.dedent(inspect.getsource(inspect.unwrap(plain_function(function))))
@@ -248,20 +265,61 @@ def non_tensor_parameters(function: Any) -> dict[str, str]:
     if definition is None:
         return {}
     parameters = [*definition.args.posonlyargs, *definition.args.args, *definition.args.kwonlyargs]
-    found: dict[str, str] = {}
+    found: dict[str, PythonParameter] = {}
     for parameter in parameters:
         annotation = ast.unparse(parameter.annotation) if parameter.annotation is not None else ""
-        if annotation.split("[")[0].split(".")[-1] in _PYTHON_TYPES:
-            found[parameter.arg] = f"annotated {annotation}"
+        # A string annotation ("Callable[[int], int]") reads as the type it names.
+        bare = annotation.strip("'\"").split("[")[0].split(".")[-1]
+        if bare in _PYTHON_TYPES or bare == "Callable":
+            found[parameter.arg] = PythonParameter(f"annotated {annotation}", callable=bare == "Callable")
     names = {p.arg for p in parameters}
-    for node in ast.walk(definition):
-        if not isinstance(node, ast.Compare):
-            continue
+    for node, unshadowed in _own_nodes(definition, names):
+        for name, parameter in _python_use(node, unshadowed).items():
+            # That it is called says the most: the config gives a callable in its own form.
+            if name not in found or (parameter.callable and not found[name].callable):
+                found[name] = parameter
+    return found
+
+
+def _own_nodes(definition: ast.AST, names: set[str]) -> Iterator[tuple[ast.AST, set[str]]]:
+    """Every node of ``definition``'s body, with the parameter names not shadowed there.
+
+    A nested function or lambda whose own parameter has the same name uses
+    its own argument, not the outer parameter.
+    """
+    stack: list[tuple[ast.AST, set[str]]] = [(child, names) for child in ast.iter_child_nodes(definition)]
+    while stack:
+        node, visible = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            arguments = node.args
+            own = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
+            own |= {a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None}
+            visible = visible - own
+        yield node, visible
+        stack.extend((child, visible) for child in ast.iter_child_nodes(node))
+
+
+def _python_use(node: ast.AST, names: set[str]) -> dict[str, PythonParameter]:
+    """The parameters one node uses as Python values, with the reason."""
+    found: dict[str, PythonParameter] = {}
+    if isinstance(node, ast.Compare):
         operands = [node.left, *node.comparators]
-        strings = any(_is_string(operand) for operand in operands)
-        for operand in operands:
-            if strings and isinstance(operand, ast.Name) and operand.id in names:
-                found.setdefault(operand.id, "compared with a string")
+        if any(_is_string(operand) for operand in operands):
+            for operand in operands:
+                if isinstance(operand, ast.Name) and operand.id in names:
+                    found[operand.id] = PythonParameter("compared with a string")
+    if not isinstance(node, ast.Call):
+        return found
+    if isinstance(node.func, ast.Name) and node.func.id in names:
+        found[node.func.id] = PythonParameter(f"called as {node.func.id}(...)", callable=True)
+    counts = [
+        (count, "range(...)")
+        for count in (node.args if isinstance(node.func, ast.Name) and node.func.id == "range" else [])
+    ]
+    counts += [(keyword.value, f"{keyword.arg}=...") for keyword in node.keywords if keyword.arg in _COUNT_KEYWORDS]
+    for count, how in counts:
+        if isinstance(count, ast.Name) and count.id in names:
+            found.setdefault(count.id, PythonParameter(f"a loop count, {how.replace('...', count.id)}"))
     return found
 
 

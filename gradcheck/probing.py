@@ -55,6 +55,7 @@ _RANK = re.compile(
     re.IGNORECASE,
 )
 #: "Shape of tensor input [3,4] is not compatible with expected shape [?,?,4]": the rank and sizes it wants.
+_SEQUENCE_OF_TENSORS = re.compile(r"\b(sequence|list|tuple)s? of\b[^.;]*?\btensors?\b", re.IGNORECASE)
 _EXPECTED_SHAPE = re.compile(r"expected shape \[([^\]]*)\]", re.IGNORECASE)
 _INCOMPATIBLE = re.compile(r"incompatible shapes|not broadcastable|broadcast|are incompatible", re.IGNORECASE)
 _MATMUL = re.compile(
@@ -87,6 +88,8 @@ class Hint:
     """Its name or docstring says it must be positive (a scale, a concentration)."""
     shape: tuple[int | str, ...] | None = None
     """The shape its docstring gives: sizes and dimension names."""
+    sequence: bool = False
+    """Its docstring says it is a list of tensors ("A sequence of Tensors"): the config gives it as ``items``."""
 
 
 @dataclass(frozen=True)
@@ -374,7 +377,13 @@ def _hint(name: str, annotation: str, entry: str) -> Hint:
     positive = bool(_POSITIVE_NAME.match(lowered)) or bool(
         re.search(r"\b(must be |strictly )?positive\b", entry, re.IGNORECASE)
     )
-    return Hint(name=name, integer=integer, positive=positive and not integer, shape=_shape_in(entry))
+    return Hint(
+        name=name,
+        integer=integer,
+        positive=positive and not integer,
+        shape=_shape_in(entry),
+        sequence=bool(_SEQUENCE_OF_TENSORS.search(entry)),
+    )
 
 
 def docstring_entries(doc: str, names: Sequence[str]) -> dict[str, str]:

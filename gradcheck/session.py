@@ -14,7 +14,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from gradcheck.config import (
     CONFIG_FILE,
     PROJECT_ROOT_MARKERS,
     Config,
+    ImportValue,
     Settings,
     SubjectConfig,
     closest,
@@ -37,6 +38,7 @@ from gradcheck.discovery import (
     display_path,
     find_definition,
     find_subjects,
+    import_object,
     import_root,
     load_module,
     resolve_target,
@@ -453,7 +455,7 @@ def build_request(
     return CheckRequest(
         subject=subject,
         settings=settings,
-        config=table,
+        config=_with_imports(table, subject),
         dims=config.dims,
         shape_overrides=shapes or {},
         config_label=config_label,
@@ -461,6 +463,27 @@ def build_request(
         dtype_given="dtype" in given or "dtype" in config.settings or bool(table and "dtype" in table.settings),
         module_state=module_state,
     )
+
+
+def _with_imports(table: SubjectConfig | None, subject: Subject) -> SubjectConfig | None:
+    """The table with each ``{ import = "module:attribute" }`` value replaced by the object it names.
+
+    Imported here, as the request is made, so that a module or attribute that
+    is not there is a usage error (exit 2) naming the config file and key
+    before any check runs, never an error result of the user's function.
+    """
+    if table is None or not any(isinstance(v, ImportValue) for v in (*table.constants.values(), *table.init.values())):
+        return table
+    target = Path(subject.module.__file__) if getattr(subject.module, "__file__", None) else Path(subject.path)
+    target = target if target.is_file() else None
+    roots = [import_root(target)] if target is not None else []
+
+    def resolved(values: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: import_object(v, target) if isinstance(v, ImportValue) else v for k, v in values.items()}
+
+    # What the imported module's own code sets (seeds, switches) must not reach the checks.
+    with state.preserved(roots):
+        return replace(table, constants=resolved(table.constants), init=resolved(table.init))
 
 
 def _no_gpu_message(given: Mapping[str, Any], given_by: str, config_label: str) -> str:
@@ -597,10 +620,18 @@ def _listed_inputs(request: CheckRequest, plan: CallPlan) -> list[str]:
                 detail += f" {argument.spec.distribution}"
             lines.append(f"{argument.name}: {detail}" + (" guessed" if argument.guessed else ""))
         elif argument.role == "constant":
-            lines.append(f"{argument.name} = {argument.value!r} (constant)")
+            lines.append(f"{argument.name} = {_shown_constant(argument.value)} (constant)")
         else:
             lines.append(f"{argument.name}: not configured; {failure or 'no guessed shapes worked'}")
     return lines
+
+
+def _shown_constant(value: Any) -> str:
+    """A constant as a listing shows it: a function by its module and name (its repr holds an address)."""
+    name, module = getattr(value, "__qualname__", None), getattr(value, "__module__", None)
+    if callable(value) and isinstance(name, str) and isinstance(module, str) and "<" not in name:
+        return f"{module}.{name}"
+    return repr(value)
 
 
 def _listed(argument: Argument) -> tuple[Argument, ...]:

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradcheck import probing
 from gradcheck.checking import guess_shapes
 from gradcheck.config import Settings
 from gradcheck.results import Result
@@ -62,10 +63,14 @@ class StarterEntry:
     """The class could not be built without arguments."""
     parameters: tuple[str, ...] = ()
     """The required arguments of the function (a layer's ``call``), for the placeholder."""
+    lists: tuple[str, ...] = ()
+    """Of :attr:`parameters`, those documented as lists of tensors: their placeholder is ``items``."""
     init_parameters: tuple[str, ...] = ()
     """The required constructor arguments of a layer or a method's class, for the placeholder."""
     dtype: str | None = None
     """The dtype probing had to use where it is not the run's (float32 code)."""
+    constants: tuple[tuple[str, str], ...] = ()
+    """Arguments that are Python values (a function, a loop count): each name with its TOML placeholder."""
 
     @property
     def table(self) -> str:
@@ -98,14 +103,18 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0, exclusions: tuple[E
             needs_init = subject.binding in ("method", "layer") and (
                 "could not construct" in failure or "needs constructor arguments" in failure
             )
+            parameters = _required(_called(subject), skip_first=subject.binding in ("method", "layer"))
+            hints = probing.hints_for(_called(subject), parameters)
             entries.append(
                 StarterEntry(
                     kind=subject.kind,
                     name=subject.name,
                     id=subject.id,
                     failure=failure,
+                    constants=guess.constants,
                     needs_init=needs_init,
-                    parameters=_required(_called(subject), skip_first=subject.binding in ("method", "layer")),
+                    parameters=parameters,
+                    lists=tuple(name for name, hint in hints.items() if hint.sequence),
                     init_parameters=_required(subject.owner, skip_first=False) if needs_init else (),
                 )
             )
@@ -207,8 +216,18 @@ def render_starter(entries: list[StarterEntry], command: str) -> str:
             if entry.needs_init:
                 arguments = ", ".join(f"{toml_key(name)} = ..." for name in entry.init_parameters)
                 lines.append(f"# init = {{ {arguments} }}  # the constructor's keyword arguments")
-            placeholder = ", ".join(f"{toml_key(name)} = [4, 5]" for name in entry.parameters) or "x = [4, 5]"
-            lines.append(f"# inputs = {{ {placeholder} }}  # the shape of each argument, in order")
+            if entry.constants:
+                values = ", ".join(f"{toml_key(name)} = {value}" for name, value in entry.constants)
+                lines.append(f"# constants = {{ {values} }}  # Python values; a function is imported from your code")
+            given = {name for name, _ in entry.constants}
+            tensors = [name for name in entry.parameters if name not in given]
+            if tensors or not given:
+                placeholder = ", ".join(
+                    f"{toml_key(name)} = " + ("{ items = [[4, 5], [4, 5]] }" if name in entry.lists else "[4, 5]")
+                    for name in tensors
+                )
+                placeholder = placeholder or "x = [4, 5]"
+                lines.append(f"# inputs = {{ {placeholder} }}  # the shape of each argument, in order")
             continue
         if not entry.inputs:
             lines.append("# every argument has a default or is configured: nothing to guess")

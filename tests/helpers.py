@@ -180,3 +180,68 @@ def bad{i}(x):
 """
         for i in range(count)
     )
+
+
+#: TF Quant Finance's ``for_loop`` in small: a body function called N times, with a custom gradient
+#: nested in it (the product of the steps' slopes), right and wrong (the first step's slope left out).
+#: ``seen`` records what each call got for ``body_fn``.
+FOR_LOOP = """
+    import tensorflow as tf
+
+    seen = []
+
+
+    def for_loop(body_fn, initial_state, num_iterations):
+        seen.append(type(body_fn).__name__)
+
+        @tf.custom_gradient
+        def loop(x):
+            state, slope = x, tf.ones_like(x)
+            for i in range(num_iterations):
+                with tf.GradientTape() as tape:
+                    tape.watch(state)
+                    following = body_fn(i, state)
+                slope = slope * tape.gradient(following, state)
+                state = following
+
+            def grad(dy):
+                return dy * slope
+
+            return state, grad
+
+        return loop(initial_state)
+
+
+    def for_loop_skipping_the_first_step(body_fn, initial_state, num_iterations):
+        @tf.custom_gradient
+        def loop(x):
+            state, slope = x, tf.ones_like(x)
+            for i in range(num_iterations):
+                with tf.GradientTape() as tape:
+                    tape.watch(state)
+                    following = body_fn(i, state)
+                if i > 0:
+                    slope = slope * tape.gradient(following, state)
+                state = following
+
+            def grad(dy):
+                return dy * slope
+
+            return state, grad
+
+        return loop(initial_state)
+"""
+
+BODIES = """
+    import tensorflow as tf
+
+
+    def step(i, x):
+        return tf.sin(x) + 0.5 * x
+
+
+    class Steps:
+        @staticmethod
+        def cubic(i, x):
+            return x * x * x / 4.0 + x
+"""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import invoke, write
+from tests.helpers import BODIES, FOR_LOOP, invoke, write
 
 GOOD = """
     import tensorflow as tf
@@ -54,6 +54,35 @@ def _directory_without_python(project: Path) -> None:
 
 def _package_without_the_module(project: Path) -> None:
     write(project, "pkg/__init__.py", "")
+
+
+def _pyproject(text: str) -> Callable[[Path], None]:
+    """A project whose pyproject.toml, found by the config search, is broken."""
+
+    def lay_out(project: Path) -> None:
+        (project / "gradcheck.toml").unlink()
+        write(project, "ops.py", GOOD)
+        write(project, "pyproject.toml", text)
+
+    return lay_out
+
+
+def _body_import(value: str, bodies: str = BODIES) -> Callable[[Path], None]:
+    """A for_loop project whose config gives body_fn as ``value``, beside a bodies.py holding ``bodies``."""
+
+    def lay_out(project: Path) -> None:
+        write(project, "ops.py", FOR_LOOP)
+        write(project, "bodies.py", bodies)
+        write(project, "steps/__init__.py", bodies)
+        write(project, "steps/bodies.py", BODIES)
+        write(
+            project,
+            "gradcheck.toml",
+            "[functions.for_loop]\ninputs = { initial_state = [5] }\n"
+            f"constants = {{ body_fn = {value}, num_iterations = 2 }}\n",
+        )
+
+    return lay_out
 
 
 def _square_config(line: str) -> str:
@@ -194,6 +223,68 @@ BAD_INPUTS: list[tuple[str, Callable[[Path], None], list[str], list[str]]] = [
         _config("[functions.square]\nprojections = 2.5\n"),
         ["ops.py"],
         ["gradcheck.toml", "functions.square.projections", "2.5 must be a positive integer"],
+    ),
+    ("pyproject.toml whose tool is an integer", _pyproject("tool = 3\n"), ["ops.py"], ["pyproject.toml", "integer"]),
+    ("pyproject.toml whose tool is a string", _pyproject('tool = "x"\n'), ["ops.py"], ["pyproject.toml", "string"]),
+    (
+        "pyproject.toml whose tool.gradcheck is an integer",
+        _pyproject("[tool]\ngradcheck = 5\n"),
+        ["ops.py"],
+        ["pyproject.toml", "[tool.gradcheck] must be a table", "not an integer"],
+    ),
+    (
+        "pyproject.toml that does not parse",
+        _pyproject("[project\nname = 'x'\n"),
+        ["ops.py"],
+        ["pyproject.toml", "invalid TOML", "line 1"],
+    ),
+    (
+        "import of a module that is nowhere",
+        _body_import('{ import = "nobodies:step" }'),
+        ["ops.py"],
+        ["gradcheck.toml: functions.for_loop.constants.body_fn: nobodies:step", "no module named 'nobodies'"],
+    ),
+    (
+        "import of an attribute the module lacks",
+        _body_import('{ import = "bodies:stpe" }'),
+        ["ops.py"],
+        ["gradcheck.toml: functions.for_loop.constants.body_fn", "has no attribute 'stpe'", "did you mean 'step'"],
+    ),
+    (
+        "import of a .py file that does not exist",
+        _body_import('{ import = "helpers/bodies.py:step" }'),
+        ["ops.py"],
+        ["gradcheck.toml: functions.for_loop.constants.body_fn", "helpers/bodies.py", "no such file"],
+    ),
+    (
+        "import of a module whose import raises",
+        _body_import('{ import = "bodies:step" }', "raise RuntimeError('needs a GPU')\n"),
+        ["ops.py"],
+        ["gradcheck.toml: functions.for_loop.constants.body_fn", "bodies.py:1", "RuntimeError: needs a GPU"],
+    ),
+    (
+        "import of a module whose package raises on import",
+        _body_import('{ import = "steps.bodies:step" }', "raise RuntimeError('package needs a GPU')\n"),
+        ["ops.py"],
+        ["gradcheck.toml: functions.for_loop.constants.body_fn", "cannot import steps.bodies", "needs a GPU"],
+    ),
+    (
+        "import value that is no string",
+        _body_import("{ import = 3 }"),
+        ["ops.py"],
+        ["gradcheck.toml: functions.for_loop.constants.body_fn.import", "3 must be a string"],
+    ),
+    (
+        "import value without a colon",
+        _body_import('{ import = "bodies.step" }'),
+        ["ops.py"],
+        ["gradcheck.toml: functions.for_loop.constants.body_fn.import", "no ':' between the module and the attribute"],
+    ),
+    (
+        "import value with another key",
+        _body_import('{ import = "bodies:step", name = "step" }'),
+        ["ops.py"],
+        ["gradcheck.toml: functions.for_loop.constants.body_fn.name", "unknown key", "valid keys: import"],
     ),
     ("config file given with -c that does not exist", _good_module, ["ops.py", "-c", "nope.toml"], ["nope.toml"]),
     # -- options

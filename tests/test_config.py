@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from gradcheck.config import (
     Config,
+    ImportValue,
     InputConfig,
     Settings,
     find_config_file,
@@ -103,6 +105,68 @@ def test_bad_values_name_file_and_key(tmp_path: Path, text: str, fragments: list
         assert fragment in message
 
 
+def test_import_values_in_constants_and_init_are_read_without_importing(tmp_path: Path) -> None:
+    config = _load(
+        tmp_path,
+        """
+[functions.for_loop]
+constants = { body_fn = { import = "my_project.bodies:Steps.sine" }, n = 3 }
+
+[layers.Looped]
+init = { body = { import = "helpers/bodies.py:step" } }
+
+[classes.Runner]
+init = { body = { import = "bodies:step" } }
+""",
+    )
+    body_fn = config.functions["for_loop"].constants["body_fn"]
+    assert body_fn == ImportValue(
+        module="my_project.bodies",
+        attribute="Steps.sine",
+        source=str(tmp_path / "gradcheck.toml"),
+        key="functions.for_loop.constants.body_fn",
+        folder=tmp_path,
+    )
+    assert config.functions["for_loop"].constants["n"] == 3
+    assert config.layers["Looped"].init["body"].module == "helpers/bodies.py"
+    assert config.classes["Runner"]["body"].key == "classes.Runner.init.body"
+    # Only the form is read: none of these modules exists, and nothing was imported.
+    assert "my_project" not in sys.modules and "bodies" not in sys.modules
+
+
+@pytest.mark.parametrize(
+    ("value", "fragments"),
+    [
+        ("{ import = 3 }", ["constants.body_fn.import", "3 must be a string", 'import = "module:attribute"']),
+        ('{ import = "bodies.step" }', ["constants.body_fn.import", "'bodies.step'", "no ':'"]),
+        ('{ import = "bodies:step", variable = true }', ["constants.body_fn.variable", "unknown key"]),
+        ('{ import = ":step" }', ["constants.body_fn.import", "no module before the ':'"]),
+        ('{ import = "bodies:" }', ["constants.body_fn.import", "no attribute after the ':'"]),
+        ('{ import = "my-bodies:step" }', ["'my-bodies'", "neither a dotted module name nor a path to a .py file"]),
+        ('{ import = "bodies:step()" }', ["'step()'", "attribute must be a name"]),
+        ('{ imprt = "bodies:step" }', ["constants.body_fn.imprt", "did you mean 'import'"]),
+        ('{ Imports = "bodies:step" }', ["constants.body_fn.Imports", "did you mean 'import'"]),
+    ],
+)
+def test_bad_import_values_name_file_and_key(tmp_path: Path, value: str, fragments: list[str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        _load(tmp_path, f"[functions.for_loop]\nconstants = {{ body_fn = {value} }}\n")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"{tmp_path / 'gradcheck.toml'}: functions.for_loop.constants.body_fn"), message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_a_dict_constant_that_is_no_import_stays_a_dict(tmp_path: Path) -> None:
+    config = _load(
+        tmp_path,
+        '[functions.f]\nconstants = { options = { mode = "a:b", important = 1 }, server = { port = "host:80" } }\n',
+    )
+    assert config.functions["f"].constants["options"] == {"mode": "a:b", "important": 1}
+    assert config.functions["f"].constants["server"] == {"port": "host:80"}
+
+
 def test_invalid_toml_shows_the_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"invalid TOML: .*line 2"):
         _load(tmp_path, "seed = 1\nmode = \n")
@@ -113,6 +177,38 @@ def test_pyproject_tool_table(tmp_path: Path) -> None:
     assert config.settings == {"seed": 3}
     with pytest.raises(ConfigError, match=r"pyproject.toml: sede: unknown key"):
         _load(tmp_path, "[tool.gradcheck]\nsede = 3\n", name="pyproject.toml")
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("tool = 3", "tool must be a table ([tool.gradcheck] holds gradcheck's keys), not an integer"),
+        ('tool = "gradcheck"', "tool must be a table ([tool.gradcheck] holds gradcheck's keys), not a string"),
+        ("tool = [1, 2]", "tool must be a table ([tool.gradcheck] holds gradcheck's keys), not an array"),
+        ("[tool]\ngradcheck = 5", "[tool.gradcheck] must be a table of gradcheck's keys, not an integer"),
+        ("[tool]\ngradcheck = 'fast'", "[tool.gradcheck] must be a table of gradcheck's keys, not a string"),
+        ("[tool\nname = 1\n", "invalid TOML"),
+    ],
+)
+def test_a_bad_pyproject_is_one_line_naming_it_when_searched_and_when_read(
+    tmp_path: Path, text: str, fragment: str
+) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_text(text, encoding="utf-8")
+    for attempt in (lambda: find_config_file(tmp_path / "ops.py"), lambda: read_config_file(path.resolve())):
+        with pytest.raises(ConfigError) as caught:
+            attempt()
+        message = str(caught.value)
+        assert "\n" not in message
+        assert message.startswith(f"{path.resolve()}: "), message
+        assert fragment in message, message
+
+
+def test_a_pyproject_with_other_tools_only_ends_the_search_without_a_config(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff]\nline-length = 100\n", encoding="utf-8")
+    assert find_config_file(tmp_path / "ops.py") is None
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff]\n[tool.gradcheck]\nseed = 2\n", encoding="utf-8")
+    assert read_config_file(find_config_file(tmp_path / "ops.py")).settings == {"seed": 2}  # type: ignore[arg-type]
 
 
 def test_method_tables_may_be_nested_or_quoted(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from gradcheck.config import read_config_file, tomllib
 from gradcheck.starter import StarterEntry, StarterInput, render_starter, toml_key
-from tests.helpers import invoke, run_json, write
+from tests.helpers import BODIES, FOR_LOOP, invoke, run_json, write
 
 MODULE = """
     import tensorflow as tf
@@ -179,6 +179,46 @@ def test_init_writes_placeholders_with_the_real_argument_names(project: Path) ->
     assert "[layers.Dense]\n# TODO: Dense(...) needs constructor arguments" in text
     assert "# init = { out_dim = ... }" in text
     assert "# inputs = { A = [4, 5] }" in text
+    assert "# constants" not in text  # no argument here is a Python value
+
+
+def test_starter_todo_gives_python_values_as_constants_and_documented_lists_as_items() -> None:
+    entry = StarterEntry(
+        kind="function",
+        name="for_loop",
+        id="loops.py::for_loop",
+        failure="arguments body_fn and n are not tensors",
+        constants=(("body_fn", '{ import = "your_module:body_fn" }'), ("n", "...")),
+        parameters=("body_fn", "initial_state", "scale", "n"),
+        lists=("initial_state",),
+    )
+    lines = render_starter([entry], "gradcheck init loops.py").splitlines()
+    todo = lines[lines.index("[functions.for_loop]") + 1 :]
+    assert todo == [
+        "# TODO: arguments body_fn and n are not tensors",
+        '# constants = { body_fn = { import = "your_module:body_fn" }, n = ... }'
+        "  # Python values; a function is imported from your code",
+        "# inputs = { initial_state = { items = [[4, 5], [4, 5]] }, scale = [4, 5] }"
+        "  # the shape of each argument, in order",
+    ]
+
+
+def test_init_writes_a_callable_argument_as_an_import_todo_and_the_file_stays_valid(project: Path) -> None:
+    (project / "gradcheck.toml").unlink()
+    write(project, "ops.py", FOR_LOOP)
+    write(project, "bodies.py", BODIES)
+    assert invoke("init", "ops.py::for_loop").exit_code == 0
+    path = project / "gradcheck.toml"
+    text = path.read_text()
+    todo = '# constants = { body_fn = { import = "your_module:body_fn" }, num_iterations = ... }'
+    assert "[functions.for_loop]\n# TODO: arguments body_fn (a Python callable: called as body_fn(...))" in text
+    assert f"\n{todo}  # Python values; a function is imported from your code\n" in text
+    assert "\n# inputs = { initial_state = [4, 5] }  # the shape of each argument, in order\n" in text
+    assert read_config_file(path).functions["for_loop"].constants == {}  # the TODOs are comments
+    # The TODO filled in as it says: the function is checked.
+    filled = todo[2:].replace("your_module:body_fn", "bodies:step").replace("...", "2")
+    path.write_text(text.replace(todo, filled), encoding="utf-8")
+    assert run_json("ops.py::for_loop")["results"][0]["status"] == "passed"
 
 
 def test_the_command_in_the_starter_comment_is_shell_quoted_and_one_line(project: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import gradcheck
-from tests.helpers import blamed, by_name, copy_fixture, invoke, load_copy, run_json
+from tests.helpers import BODIES, FOR_LOOP, blamed, by_name, copy_fixture, invoke, load_copy, run_json, write
 
 VALUES = {("native", "x"), ("numeric", "x")}
 # name -> (status, {(check, input)}) in fast and full mode
@@ -194,3 +194,151 @@ def test_several_names_in_one_file_reaching_no_custom_gradient_are_each_checked(
     )
     document = run_json("plain.py::a", "plain.py::b")
     assert [(r["name"], r["status"]) for r in document["results"]] == [("a", "passed"), ("b", "passed")]
+
+
+# -- a Python callable as an argument (issue 18, items 6 and 8) ---------------------------------
+
+
+def _for_loop_config(body: str, tables: tuple[str, ...] = ("for_loop", "for_loop_skipping_the_first_step")) -> str:
+    return "".join(
+        f"[functions.{name}]\ninputs = {{ initial_state = [5] }}\n"
+        f"constants = {{ body_fn = {{ import = {body!r} }}, num_iterations = 3 }}\n\n".replace("'", '"')
+        for name in tables
+    )
+
+
+def test_a_callable_given_by_import_checks_a_for_loop_right_and_wrong(project: Path) -> None:
+    write(project, "ops.py", FOR_LOOP)
+    write(project, "bodies.py", BODIES)
+    write(project, "gradcheck.toml", _for_loop_config("bodies:step"))
+    report = by_name(run_json("ops.py"))
+    assert report["for_loop"]["status"] == "passed", report["for_loop"]
+    wrong = report["for_loop_skipping_the_first_step"]
+    assert wrong["status"] == "failed"
+    assert blamed(wrong) == {("native", "initial_state"), ("numeric", "initial_state")}
+    # A dotted attribute: a static method of a class of the module.
+    write(project, "gradcheck.toml", _for_loop_config("bodies:Steps.cubic"))
+    report = by_name(run_json("ops.py"))
+    assert [report[name]["status"] for name in sorted(report)] == ["passed", "failed"]
+
+
+def test_a_callable_from_a_py_path_read_from_the_config_folder(project: Path) -> None:
+    write(project, "src/ops.py", FOR_LOOP)
+    write(project, "helpers/bodies.py", BODIES)  # no package: reached by its path only
+    write(project, "gradcheck.toml", _for_loop_config("helpers/bodies.py:step", ("for_loop",)))
+    report = by_name(run_json("src/ops.py::for_loop"))
+    assert report["for_loop"]["status"] == "passed", report["for_loop"]
+
+
+def test_a_dotted_module_is_found_beside_the_target(project: Path) -> None:
+    write(project, "src/ops.py", FOR_LOOP)
+    write(project, "src/bodies.py", BODIES)  # importable from the target's folder, not the config's
+    write(project, "gradcheck.toml", _for_loop_config("bodies:step", ("for_loop",)))
+    assert by_name(run_json("src/ops.py::for_loop"))["for_loop"]["status"] == "passed"
+    listed = invoke("list", "src/ops.py::for_loop").stdout
+    assert "body_fn = bodies.step (constant)" in listed and "num_iterations = 3 (constant)" in listed
+
+
+def test_as_a_subprocess_a_right_and_a_wrong_for_loop_exit_1(project: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    write(project, "ops.py", FOR_LOOP)
+    write(project, "bodies.py", BODIES)
+    write(project, "gradcheck.toml", _for_loop_config("bodies:step"))
+    done = subprocess.run(
+        [sys.executable, "-m", "gradcheck", "run", "ops.py", "--format", "json"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr
+    statuses = {r["name"]: r["status"] for r in json.loads(done.stdout)["results"]}
+    assert statuses == {"for_loop": "passed", "for_loop_skipping_the_first_step": "failed"}
+
+
+def test_a_callable_parameter_is_asked_for_in_the_import_form_and_the_hint_leads_to_a_check(project: Path) -> None:
+    write(project, "ops.py", FOR_LOOP)
+    write(project, "bodies.py", BODIES)
+    result = run_json("ops.py::for_loop")["results"][0]
+    assert result["status"] == "skipped"
+    reason = result["skip_reason"]
+    assert "body_fn (a Python callable: called as body_fn(...))" in reason
+    assert "num_iterations (a Python value: a loop count, range(num_iterations))" in reason
+    line = '[functions.for_loop] constants = { body_fn = { import = "your_module:body_fn" }, num_iterations = ... }'
+    assert reason.endswith(f"add to {project / 'gradcheck.toml'}: {line}"), reason
+    # Following the hint as written, with the user's module and count filled in, checks the function.
+    table, _, constants = line.partition(" ")
+    filled = constants.replace("your_module:body_fn", "bodies:step").replace("...", "3")
+    write(project, "gradcheck.toml", f"{table}\n{filled}\n")
+    result = run_json("ops.py::for_loop")["results"][0]
+    assert result["status"] == "passed", result
+    assert any("no shapes configured: using guessed shapes initial_state=" in note for note in result["notes"])
+
+
+def test_through_the_api_a_callable_is_passed_as_it_is_or_imported_and_leaves_no_module_behind(
+    project: Path,
+) -> None:
+    import sys
+
+    write(project, "ops.py", FOR_LOOP)
+    write(project, "bodies.py", BODIES)
+    module = load_copy(project / "ops.py")
+    bodies = load_copy(project / "bodies.py")
+    skipped = gradcheck.check(module.for_loop, constants={"num_iterations": 2})
+    assert skipped.status == "skipped" and "body_fn" in (skipped.skip_reason or "")
+    assert module.seen == []  # probing never called it with a tensor for body_fn
+    given = gradcheck.check(
+        module.for_loop, inputs={"initial_state": (4,)}, constants={"body_fn": bodies.step, "num_iterations": 2}
+    )
+    assert given.status == "passed", given.problems
+    path = list(sys.path)
+    imported = gradcheck.check(
+        module.for_loop_skipping_the_first_step,
+        inputs={"initial_state": (4,)},
+        constants={"body_fn": {"import": "bodies:step"}, "num_iterations": 2},
+    )
+    assert imported.status == "failed"
+    assert "bodies" not in sys.modules and sys.path == path
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("def f(fn, x):\n    return fn(x)\n", {"fn": (True, "called as fn(...)")}),
+        (
+            "def f(body, x):\n    def step(y):\n        return body(y)\n    return step(x)\n",
+            {"body": (True, "called as body(...)")},
+        ),
+        ("def f(g: Callable[[int], int], x):\n    return x\n", {"g": (True, "annotated Callable[[int], int]")}),
+        ("def f(g: typing.Callable, x):\n    return x\n", {"g": (True, "annotated typing.Callable")}),
+        (
+            "def f(g: 'collections.abc.Callable', x):\n    return x\n",
+            {"g": (True, "annotated 'collections.abc.Callable'")},
+        ),
+        (
+            "def f(x, n):\n    for i in range(n):\n        x = x * 2\n    return x\n",
+            {"n": (False, "a loop count, range(n)")},
+        ),
+        (
+            "def f(x, n):\n    return tf.while_loop(c, b, [x], maximum_iterations=n)\n",
+            {"n": (False, "a loop count, maximum_iterations=n")},
+        ),
+        ("def f(x, n: int):\n    return x\n", {"n": (False, "annotated int")}),
+        # Not Python values: a tensor argument used by TensorFlow, and a name a nested function takes as its own.
+        ("def f(fn, x):\n    return tf.map_fn(fn, x)\n", {}),
+        ("def f(x, body):\n    def inner(body):\n        return body(x)\n    return tf.sin(body)\n", {}),
+        ("def f(x):\n    return x.numpy()[0] + tf.shape(x)[0]\n", {}),
+    ],
+)
+def test_python_valued_parameters_are_read_from_the_code(
+    tmp_path: Path, source: str, expected: dict[str, tuple[bool, str]]
+) -> None:
+    from gradcheck.nesting import non_tensor_parameters
+
+    path = tmp_path / f"shapes_{abs(hash(source))}.py"
+    path.write_text("import collections.abc, typing\nfrom typing import Callable\nimport tensorflow as tf\n\n" + source)
+    found = non_tensor_parameters(load_copy(path).f)
+    assert {name: (p.callable, p.reason) for name, p in found.items()} == expected

@@ -237,6 +237,52 @@ def test_a_skip_suggests_only_shapes_the_forward_pass_ran_on(project: Path) -> N
     assert "inputs = { x = { shape = [3, 4], low = ..., high = ... } }" in reason
 
 
+def test_documented_lists_of_tensors_are_read_from_the_docstring() -> None:
+    f = _function(
+        'def f(initial_state, params, x, names):\n    """Doc.\n\n    Args:\n'
+        "      initial_state: A sequence of Tensors with common batch shape.\n"
+        "      params: A list of zero-dimensional Tensors.\n"
+        "      x: A Tensor of shape [3]; a list of them is not accepted.\n"
+        "      names: A list of strings. Tensors are named after them.\n"
+        '    """\n'
+    )
+    hints = hints_for(f, ("initial_state", "params", "x", "names"))
+    assert hints["initial_state"].sequence and hints["params"].sequence
+    assert not hints["x"].sequence and not hints["names"].sequence
+
+
+def test_a_skip_asks_for_a_documented_list_of_tensors_as_items(project: Path) -> None:
+    write(
+        project,
+        "loops.py",
+        """
+        import tensorflow as tf
+
+
+        def pair_loop(initial_state, scale):
+            \"\"\"Scale both tensors of the state.
+
+            Args:
+              initial_state: A sequence of two Tensors of the same shape.
+              scale: A Tensor.
+            \"\"\"
+            @tf.custom_gradient
+            def inner(a, b):
+                return (a * 2.0, b * 2.0), lambda da, db: (2.0 * da, 2.0 * db)
+
+            if not isinstance(initial_state, (list, tuple)):
+                shapes = f"{initial_state.shape} and {tf.shape(scale).numpy()}"
+                raise TypeError(f"initial_state is a list of tensors to scale by scale, not shapes {shapes}")
+            first, second = initial_state
+            return inner(first, second * scale)
+        """,
+    )
+    reason = run_json("loops.py")["results"][0]["skip_reason"]
+    assert "inputs = { initial_state = { items = [[...], [...]] }, scale = [...] }" in reason, reason
+    write(project, "gradcheck.toml", "[functions.pair_loop]\ninputs = { initial_state = { items = [[3], [3]] } }\n")
+    assert run_json("loops.py")["results"][0]["status"] == "passed"
+
+
 def test_the_api_probes_as_the_command_line_does(signatures_report: dict[str, Any]) -> None:
     module = load_copy(SIGNATURES)
     for name in ("attention_scores", "sparse_xent", "log_det"):

@@ -495,6 +495,8 @@ class ShapeGuess:
     """The call plan with configured and guessed shapes (guessed arguments say so); None where probing failed."""
     failure: str | None = None
     """Why no shapes could be found (forward pass raising, no candidate accepted)."""
+    constants: tuple[tuple[str, str], ...] = ()
+    """Arguments that are Python values, not tensors: each name with the TOML placeholder the config needs."""
 
 
 def guess_shapes(request: CheckRequest) -> ShapeGuess:
@@ -510,7 +512,9 @@ def guess_shapes(request: CheckRequest) -> ShapeGuess:
                 if not built.plan.unknown:
                     return ShapeGuess(plan=built.plan)
                 probed = probe(request, built.plan, built, dtype)
-            except (UserCodeError, NeedsConfig) as error:
+            except NeedsConfig as error:
+                return ShapeGuess(plan=None, failure=str(error), constants=error.constants)
+            except UserCodeError as error:
                 return ShapeGuess(plan=None, failure=str(error))
             except NeedsFloat32 as error:
                 if dtype == "float32":

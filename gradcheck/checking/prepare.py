@@ -39,7 +39,12 @@ _DTYPE_CLASH = re.compile(
 
 
 class NeedsConfig(Exception):
-    """A class cannot be built without constructor arguments from the config."""
+    """The config must give what gradcheck cannot make: constructor arguments, or Python-valued arguments."""
+
+    def __init__(self, message: str, constants: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.constants = constants
+        """The ``constants`` entries asked for, each a name and its TOML placeholder (for ``gradcheck init``)."""
 
 
 class NeedsFloat32(Exception):
@@ -165,14 +170,32 @@ def build(request: CheckRequest, dtype: str) -> Built:
 
 
 def _refuse_python_values(request: CheckRequest, forward: Callable[..., Any], plan: CallPlan) -> None:
-    """A required argument the code uses as a Python value (a mode string) cannot be drawn: ask for it."""
+    """Required arguments the code uses as Python values (a mode string, a loop count, a function) cannot be
+    drawn: ask for them all at once, each in the form the config gives it."""
     python_values = nesting.non_tensor_parameters(forward)
-    for name in plan.unknown:
-        if name in python_values:
-            raise NeedsConfig(
-                f"argument {name} is a Python value, not a tensor ({python_values[name]}); add to "
-                f"{request.config_label}: {table_key(request)} constants = {{ {name} = ... }}"
-            )
+    wanted = [(name, python_values[name]) for name in plan.unknown if name in python_values]
+    if not wanted:
+        return
+    placeholders = tuple((name, constant_placeholder(name, found)) for name, found in wanted)
+    line = ", ".join(f"{name} = {placeholder}" for name, placeholder in placeholders)
+    if len(wanted) == 1:
+        name, found = wanted[0]
+        what = f"argument {name} is {_python_kind(found)}, not a tensor ({found.reason})"
+    else:
+        described = [f"{name} ({_python_kind(found)}: {found.reason})" for name, found in wanted]
+        what = f"arguments {', '.join(described[:-1])} and {described[-1]} are not tensors"
+    raise NeedsConfig(
+        f"{what}; add to {request.config_label}: {table_key(request)} constants = {{ {line} }}", placeholders
+    )
+
+
+def _python_kind(found: nesting.PythonParameter) -> str:
+    return "a Python callable" if found.callable else "a Python value"
+
+
+def constant_placeholder(name: str, found: nesting.PythonParameter) -> str:
+    """What the config's ``constants`` should hold for a Python-valued argument: a callable is imported."""
+    return f'{{ import = "your_module:{name}" }}' if found.callable else "..."
 
 
 def _plan(request: CheckRequest, signature: inspect.Signature, dtype: str) -> CallPlan:
@@ -338,7 +361,11 @@ def _no_shapes(request: CheckRequest, search: probing.Search, dtype: str) -> Pro
             f"{name} = {{ shape = {list(shape)}, low = ..., high = ... }}" for name, shape in shapes.items()
         )
     else:
-        example = ", ".join(f"{name} = [...]" for name in names)
+        # A documented list of tensors is one input per tensor: the form is not one the user would guess.
+        example = ", ".join(
+            f"{name} = {{ items = [[...], [...]] }}" if search.hints[name].sequence else f"{name} = [...]"
+            for name in names
+        )
     last_error = errors[-1] if errors else None
     why = f" (last try: {describe_exception(last_error, subject.path)})" if last_error else ""
     tried = f"{len(search.attempts)} tried"
