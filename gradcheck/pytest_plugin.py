@@ -55,8 +55,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the marker; with ``--gradcheck``, the collector too, and make sure pytest visits the targets."""
-    # Registered even without --gradcheck: a --strict-markers project that names it in its
-    # own configuration (addopts = "-m 'not gradcheck'") must not break on a plain run.
+    # Registered even without --gradcheck: a --strict-markers project whose own tests carry the
+    # marker (to run them with gradcheck's items) must also run without the option.
     config.addinivalue_line("markers", f"{MARKER}: a custom gradient checked by gradcheck (pytest --gradcheck PATH)")
     targets = config.getoption("gradcheck_targets")
     if not targets:
@@ -117,7 +117,7 @@ class GradcheckPlugin:
         return None
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    def pytest_runtest_makereport(self, item: pytest.Item) -> Generator[None, Any, Any]:
         """A skipped item's report points at the function's ``def``, not at the plugin's ``pytest.skip``.
 
         pytest puts a skip at the frame that raised it; its ``-rs`` summary
