@@ -11,11 +11,16 @@ ordinary tests. PATH is added to what pytest collects when its arguments do
 not cover it already. Each item is checked with the config a ``gradcheck
 run`` of the same targets would use (``--gradcheck-config`` as ``-c``); a
 failing item's report is the problem table of the text report.
+
+Every item carries the ``gradcheck`` marker, so ``-m gradcheck`` runs only
+them and ``-m "not gradcheck"`` only the project's own tests; a skipped item
+is reported at the function's ``def`` in the user's file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,9 @@ import pytest
 
 from gradcheck.errors import UsageError
 from gradcheck.results import Result
+
+#: The marker every item carries (on its module's node, so whatever a gradcheck module yields has it).
+MARKER = "gradcheck"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,7 +54,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """With ``--gradcheck``, register the collector and make sure pytest visits the targets."""
+    """Register the marker; with ``--gradcheck``, the collector too, and make sure pytest visits the targets."""
+    # Registered even without --gradcheck: a --strict-markers project whose own tests carry the
+    # marker (to run them with gradcheck's items) must also run without the option.
+    config.addinivalue_line("markers", f"{MARKER}: a custom gradient checked by gradcheck (pytest --gradcheck PATH)")
     targets = config.getoption("gradcheck_targets")
     if not targets:
         return
@@ -113,6 +124,21 @@ class GradcheckPlugin:
             return GradcheckModule.from_parent(parent, path=file_path, plugin=self)
         return None
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        """A skipped item's report points at the function's ``def``, not at the plugin's ``pytest.skip``.
+
+        pytest puts a skip at the frame that raised it; its ``-rs`` summary
+        line is then this file's for every item. The item's own place is
+        what the user can act on.
+        """
+        report = yield
+        if isinstance(item, GradcheckItem) and report.skipped and isinstance(report.longrepr, tuple):
+            path, line, _ = item.reportinfo()
+            if line is not None:
+                report.longrepr = (os.fspath(path), line + 1, report.longrepr[2])
+        return report
+
     def plan(self) -> dict[Path, list[Any]]:
         """Every target's functions with their configs, found once for the whole session.
 
@@ -156,6 +182,7 @@ class GradcheckModule(pytest.File):
     def __init__(self, *, plugin: GradcheckPlugin, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.plugin = plugin
+        self.add_marker(MARKER)
 
     def collect(self) -> Iterator[GradcheckItem]:
         """One item per function, in definition order; one failing item where the module failed to import."""

@@ -114,3 +114,23 @@ def test_completion_offers_commands_and_options() -> None:
 
 def test_version() -> None:
     assert invoke("--version").stdout.strip() == "gradcheck, version 0.1.0"
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
+    assert f"```sh\n{ci}\n```" in README
+    assert f"```sh\n{ci}\n```" in (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+
+
+def test_the_no_deps_tf_keras_matches_the_installed_tensorflow() -> None:
+    # tf-keras is installed with --no-deps (its own requirement is the full tensorflow wheel), so
+    # pip never checks it against tensorflow-cpu: a TensorFlow upgrade must move its pin too.
+    from importlib.metadata import PackageNotFoundError, version
+
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    pinned = next(word.split("==")[1] for word in shlex.split(ci) if word.startswith("tf-keras=="))
+    try:
+        tensorflow = version("tensorflow-cpu")
+    except PackageNotFoundError:
+        tensorflow = version("tensorflow")
+    assert pinned.split(".")[:2] == tensorflow.split(".")[:2], (pinned, tensorflow)

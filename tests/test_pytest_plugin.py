@@ -111,6 +111,39 @@ def test_gradcheck_items_run_beside_ordinary_tests(gradcheck_project: pytest.Pyt
     result.assert_outcomes(passed=2, failed=1)
 
 
+def test_the_marker_runs_gradcheck_items_apart_from_the_projects_tests(gradcheck_project: pytest.Pytester) -> None:
+    gradcheck_project.makepyfile(ops=GOOD_AND_BAD, test_plain="def test_plain():\n    pass\n")
+    only_gradcheck = run(gradcheck_project, "--gradcheck", "ops.py", "-m", "gradcheck", "-v")
+    only_gradcheck.assert_outcomes(passed=1, failed=1, deselected=1)
+    only_gradcheck.stdout.fnmatch_lines(["ops.py::square PASSED*", "ops.py::cube FAILED*"])
+    only_project = run(gradcheck_project, "--gradcheck", "ops.py", "-m", "not gradcheck", "-v")
+    only_project.assert_outcomes(passed=1, deselected=2)
+    only_project.stdout.fnmatch_lines(["test_plain.py::test_plain PASSED*"])
+
+
+def test_the_marker_is_registered_for_strict_markers(gradcheck_project: pytest.Pytester) -> None:
+    gradcheck_project.makepyfile(
+        ops=GOOD_AND_BAD,
+        # A project's own test may name the marker too (to group its gradient tests with gradcheck's).
+        test_plain="import pytest\n\n@pytest.mark.gradcheck\ndef test_plain():\n    pass\n",
+    )
+    with_items = run(gradcheck_project, "--strict-markers", "--gradcheck", "ops.py", "-m", "gradcheck")
+    with_items.assert_outcomes(passed=2, failed=1)
+    without_option = run(gradcheck_project, "--strict-markers", "test_plain.py")
+    without_option.assert_outcomes(passed=1)
+    markers = run(gradcheck_project, "--markers")
+    markers.stdout.fnmatch_lines(["@pytest.mark.gradcheck: a custom gradient checked by gradcheck*"])
+
+
+def test_a_skipped_item_is_reported_at_the_users_def(gradcheck_project: pytest.Pytester) -> None:
+    ops = gradcheck_project.makepyfile(ops=textwrap.dedent(PICKY))
+    def_line = next(n for n, text in enumerate(ops.read_text().splitlines(), 1) if text.startswith("def picky"))
+    result = run(gradcheck_project, "--gradcheck", "ops.py", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines([f"SKIPPED [[]1[]] ops.py:{def_line}: no shapes configured for x*"])
+    assert "pytest_plugin.py" not in result.stdout.str()
+
+
 def test_assert_gradients_message_is_the_text_report() -> None:
     import importlib.util
 

@@ -5,18 +5,28 @@ Probability's special functions (built on TFP's internal
 ``custom_gradient(vjp_fwd=..., vjp_bwd=...)`` helper, one behind a
 module-level ``tf.function``, one whose forward reaches another custom
 gradient). They are correct: a checker that cries wolf on them is switched
-off. Importing TFP is slow, so they are checked in one run.
+off. Importing TFP is slow, so they are checked in one run. larq's
+quantizers are surrogate gradients on purpose, written against Keras 2: they
+are checked in a process of their own under ``TF_USE_LEGACY_KERAS=1``, which
+changes ``tf.keras`` for the whole process it is set in.
 
-TensorFlow and Keras come with gradcheck's own install, so their targets run
-everywhere. TFP needs ``tf_keras``, which depends on the full ``tensorflow``
-wheel rather than ``tensorflow-cpu``; its targets run where it is installed
-(``pip install tensorflow-probability`` and ``pip install --no-deps tf-keras``)
-and are skipped elsewhere.
+TFP imports only with ``tf_keras``, and larq only with ``tf_keras`` under
+legacy Keras; ``tf-keras`` requires the full ``tensorflow`` wheel rather
+than ``tensorflow-cpu``, so the README's test command installs it (and larq)
+with ``--no-deps``, and TFP comes with the ``test`` extras. Where they are
+missing the tests that need them are skipped, saying what is missing,
+except on CI, where the test command installed them and a missing one is a
+broken install: there they fail.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,19 +59,52 @@ INNER = {
 }
 
 
-def _has_tfp() -> bool:
+#: What the README's test command installs for these tests, for the skip messages.
+INSTALL = "the README's test command installs it (tensorflow-probability from the test extras, tf-keras with --no-deps)"
+#: On CI the test command has installed every package these tests need: a missing one fails, never skips.
+ON_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
+def _tfp_missing() -> str | None:
+    """Why TensorFlow Probability cannot be used here, or None where it imports."""
     try:
         import tensorflow_probability  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    except ImportError as error:
+        return f"tensorflow_probability does not import ({error}); {INSTALL}"
+    return None
 
 
-HAS_TFP = _has_tfp()
+def _larq_missing() -> str | None:
+    """Why larq cannot be used here, or None where it and tf-keras are installed.
+
+    Found without importing: larq imports only under legacy Keras, which
+    must not be switched on in this process.
+    """
+    absent = [name for name in ("larq", "tf_keras") if importlib.util.find_spec(name) is None]
+    if absent:
+        return (
+            f"{' and '.join(absent)} not installed; the README's test command installs larq and tf-keras with --no-deps"
+        )
+    return None
+
+
+TFP_MISSING = _tfp_missing()
+LARQ_MISSING = _larq_missing()
 
 
 def _needs(module: str) -> bool:
     return module.startswith("tensorflow_probability")
+
+
+def _skip_unless(missing: str | None) -> pytest.MarkDecorator:
+    """Skip where ``missing`` says what is absent, except on CI (where the test then fails with it)."""
+    return pytest.mark.skipif(missing is not None and not ON_CI, reason=missing or "")
+
+
+def _require(missing: str | None) -> None:
+    """Fail with what is missing: reached only on CI, where the test is not skipped."""
+    if missing is not None:
+        pytest.fail(f"{missing} (CI runs every real-package test)")
 
 
 def _config_for(names: set[str], folder: Path) -> Path:
@@ -75,14 +118,15 @@ def _config_for(names: set[str], folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    usable = {name: module for name, module in TARGETS.items() if HAS_TFP or not _needs(module)}
+    if ON_CI:
+        _require(TFP_MISSING)
+    usable = {name: module for name, module in TARGETS.items() if TFP_MISSING is None or not _needs(module)}
     config = _config_for(set(usable), tmp_path_factory.mktemp("realworld"))
     return by_name(run_json(*(f"{module}::{name}" for name, module in usable.items()), "-c", str(config)))
 
 
 def _target(name: str) -> Any:
-    needs_tfp = _needs(TARGETS[name]) and not HAS_TFP
-    return pytest.param(name, marks=pytest.mark.skipif(needs_tfp, reason="tensorflow_probability is not installed"))
+    return pytest.param(name, marks=_skip_unless(TFP_MISSING if _needs(TARGETS[name]) else None))
 
 
 @pytest.mark.parametrize("name", [_target(name) for name in sorted(TARGETS)])
@@ -103,7 +147,7 @@ def test_the_inner_function_is_the_users_own(report: dict[str, Any], name: str) 
     assert reached[0]["backward_line"] > 0
 
 
-@pytest.mark.skipif(not HAS_TFP, reason="tensorflow_probability is not installed")
+@_skip_unless(TFP_MISSING)
 def test_only_the_outermost_custom_gradient_is_switched_off(report: dict[str, Any]) -> None:
     # stdtr's forward and backward reach betainc's custom gradient; it stays on, and is not a target.
     assert len(report["stdtr"]["custom_gradients"]) == 1
@@ -117,8 +161,9 @@ def test_swish_needs_no_config() -> None:
     assert result["name"] == "swish" and result["custom_gradients"][0]["function"] == "swish_impl"
 
 
-@pytest.mark.skipif(not HAS_TFP, reason="tensorflow_probability is not installed")
+@_skip_unless(TFP_MISSING)
 def test_lambertw_needs_no_config_and_is_drawn_positive(project: Path) -> None:
+    _require(TFP_MISSING)
     # Normal draws fall below Lambert W's branch point -1/e, where the forward pass is NaN or
     # meaningless and native autodiff NaN or far off: the check is redrawn positive, and says why.
     result = run_json("tensorflow_probability.python.math.special::lambertw")["results"][0]
@@ -128,8 +173,9 @@ def test_lambertw_needs_no_config_and_is_drawn_positive(project: Path) -> None:
     assert "left the function's domain" in note
 
 
-@pytest.mark.skipif(not HAS_TFP, reason="tensorflow_probability is not installed")
+@_skip_unless(TFP_MISSING)
 def test_bessel_ive_without_config_says_how_to_declare_its_order_a_constant() -> None:
+    _require(TFP_MISSING)
     # TFP returns no gradient for the order v on purpose; the hint gives the config that passes above.
     result = run_json("tensorflow_probability.python.math.bessel::bessel_ive")["results"][0]
     assert result["status"] == "failed"
@@ -145,3 +191,55 @@ def test_ctc_loss_needs_no_config() -> None:
     assert result["status"] == "passed", result["problems"]
     assert result["custom_gradients"][0]["function"] == "compute_ctc_loss"
     assert any("below what finite differences resolve" in note for note in result["notes"])
+
+
+LARQ_CONFIG = Path(__file__).parent / "realworld" / "larq.toml"
+#: larq 0.14's quantizer functions, each a nested or module-level custom gradient.
+LARQ_FUNCTIONS = {"ste_sign", "approx_sign", "swish_sign", "ste_tern", "ste_heaviside"}
+#: Its quantizer layers (tf_keras layers), each reaching one of them; the DoReFaQuantizer alias left out.
+LARQ_LAYERS = {"SteSign", "ApproxSign", "SteHeaviside", "SwishSign", "MagnitudeAwareSign", "SteTern", "DoReFa"}
+#: The ones larq.toml declares surrogates (reference = "none").
+LARQ_DECLARED = {"approx_sign", "swish_sign", "ste_tern", "SteSign"}
+#: Straight-through estimators: the gradient is dy where |x| <= clip_value, the forward's derivative 0.
+LARQ_STRAIGHT_THROUGH = {"ste_sign", "ste_heaviside", "SteHeaviside", "SteTern", "DoReFa"}
+
+
+@pytest.fixture(scope="module")
+def larq_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """``gradcheck run larq.quantizers`` as a larq user runs it: a process of its own under legacy Keras."""
+    _require(LARQ_MISSING)
+    # Legacy Keras must be chosen before TensorFlow is first imported, and it changes tf.keras for
+    # the whole process: this process has Keras 3 already, so the check runs in a child.
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    command = [sys.executable, "-m", "gradcheck", "run", "larq.quantizers", "--format", "json", "-c", str(LARQ_CONFIG)]
+    done = subprocess.run(
+        command, cwd=tmp_path_factory.mktemp("larq"), env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 1, done.stderr[-3000:]  # the undeclared surrogates fail
+    report = json.loads(done.stdout)
+    assert report["exit_code"] == 1
+    return by_name(report)
+
+
+@_skip_unless(LARQ_MISSING)
+def test_larq_quantizers_are_found_under_legacy_keras(larq_report: dict[str, dict[str, Any]]) -> None:
+    assert {name for name, result in larq_report.items() if result["kind"] == "function"} == LARQ_FUNCTIONS
+    assert {name for name, result in larq_report.items() if result["kind"] == "layer"} >= LARQ_LAYERS
+    # Each nested one is checked through its public function, with the custom gradient it makes.
+    for name in LARQ_FUNCTIONS - {"approx_sign"}:
+        assert [item["function"] for item in larq_report[name]["custom_gradients"]] == ["_call"], name
+
+
+@_skip_unless(LARQ_MISSING)
+def test_larq_surrogates_fail_until_declared_and_say_why(larq_report: dict[str, dict[str, Any]]) -> None:
+    for name in LARQ_DECLARED:
+        result = larq_report[name]
+        assert result["status"] == "passed", (name, result["problems"])
+        assert any(note.startswith('reference = "none"') for note in result["notes"]), name
+    for name in (LARQ_FUNCTIONS | LARQ_LAYERS) - LARQ_DECLARED:
+        result = larq_report[name]
+        assert result["status"] == "failed", name
+        assert {problem["check"] for problem in result["problems"]} == {"native", "numeric"}, name
+    for name in LARQ_STRAIGHT_THROUGH:
+        hints = [problem["hint"] or "" for problem in larq_report[name]["problems"]]
+        assert all("a clipped pass-through" in hint and 'reference = "none"' in hint for hint in hints), (name, hints)
