@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gradcheck.errors import UsageError
+from gradcheck.walk import import_statements
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -99,17 +100,8 @@ def project_imports(file: Path, root: Path) -> set[Path]:
     except (OSError, SyntaxError, ValueError):
         return set()
     bases = [folder for folder in [file.parent, *file.parent.parents] if folder == root or root in folder.parents]
-    names: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names += [(0, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            module = node.module or ""
-            names.append((node.level, module))
-            # ``from pkg import sub`` may name a submodule.
-            names += [(node.level, f"{module}.{alias.name}" if module else alias.name) for alias in node.names]
     found: set[Path] = set()
-    for level, dotted in names:
+    for level, dotted in import_statements(tree):
         if level:
             package = file.parent
             for _ in range(level - 1):

@@ -257,6 +257,29 @@ def module_names(path: Path, root: Path) -> list[str]:
     return [".".join(parts[index:]) for index in range(len(parts)) if parts[index:]]
 
 
+def import_statements(tree: ast.Module) -> list[tuple[int, str]]:
+    """Every module name an import statement of ``tree`` may load, with its relative level (0: absolute).
+
+    ``from pkg import sub`` gives ``pkg`` and ``pkg.sub`` (``sub`` may be a submodule);
+    ``from . import x`` gives ``(1, "")``, the package itself, and ``(1, "x")``. The one
+    reading of imports that walks and ``--changed-since`` share.
+    """
+    names: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [(0, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if module or node.level:
+                names.append((node.level, module))
+            names += [
+                (node.level, f"{module}.{alias.name}" if module else alias.name)
+                for alias in node.names
+                if alias.name != "*"
+            ]
+    return names
+
+
 def _imports(tree: ast.Module, path: Path, root: Path) -> list[str]:
     """The absolute dotted names a module imports, relative imports resolved against its own place."""
     here = module_names(path, root)
@@ -264,20 +287,11 @@ def _imports(tree: ast.Module, path: Path, root: Path) -> list[str]:
     if path.name != "__init__.py":
         package = package[:-1]
     found: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                if node.level - 1 > len(package):
-                    continue
-                base = package[: len(package) - (node.level - 1)]
-                stem = ".".join([*base, *(node.module.split(".") if node.module else [])])
-            else:
-                stem = node.module or ""
-            if stem:
-                found.append(stem)
-            found.extend(f"{stem}.{alias.name}" if stem else alias.name for alias in node.names if alias.name != "*")
+    for level, dotted in import_statements(tree):
+        if not level:
+            found.append(dotted)
+        elif level - 1 <= len(package):
+            found.append(".".join([*package[: len(package) - (level - 1)], *([dotted] if dotted else [])]))
     return found
 
 

@@ -306,7 +306,9 @@ def test_import_failures_count_towards_maxfail(project: Path) -> None:
 def test_the_pytest_plugin_makes_an_import_failure_one_failing_item(pytester: pytest.Pytester) -> None:
     _lay_out_repository(pytester.path)
     pytester.makefile(".toml", gradcheck="")
-    result = pytester.runpytest("--gradcheck", "mylib", "-p", "no:cacheprovider", "mylib")
+    # In a process of its own: an in-process inner run drops the modules it imported first, which
+    # would leave this process's later CLI tests with classes that no longer pickle.
+    result = pytester.runpytest_subprocess("--gradcheck", "mylib", "-p", "no:cacheprovider", "mylib")
     result.assert_outcomes(passed=2, failed=1, errors=0)
     result.stdout.fnmatch_lines(["*broken.py:2: import failed: No module named 'not_installed_anywhere'*"])
 
