@@ -255,7 +255,6 @@ def collect(
     found_by_config: dict[Path | None, list[Subject]] = {}
     # Each file is imported once, however many targets name it (ops.py::a ops.py::b).
     imported: dict[Path, list[PlannedCheck]] = {}
-    failures: dict[Path, Result] = {}
     targets = [(spec, resolve_target(spec, options.exclusions)) for spec in options.targets]
     # Every ::NAME given for a file names a subject of it, even one that reaches no custom gradient.
     selected: dict[Path, set[str]] = {}
@@ -263,17 +262,7 @@ def collect(
         for file in target.files:
             if target.selector is not None:
                 selected.setdefault(file.resolve(), set()).add(target.selector)
-    for _, target in targets:
-        for found in target.walks:
-            for unreadable in found.unreadable:
-                failures.setdefault(
-                    unreadable.path.resolve(),
-                    module_failure(
-                        unreadable.path,
-                        f"cannot be read: {unreadable.reason}",
-                        _exclude_hint(unreadable.path, "make it readable"),
-                    ),
-                )
+    failures: dict[Path, Result] = _unreadable_results(targets)
     for spec, target in targets:
         if not target.files:
             config_for(Path(spec.partition("::")[0]))
@@ -311,7 +300,28 @@ def collect(
                 planned.append(item)
     for path, config in cache.items():
         _check_config_names(config, found_by_config.get(path, []))
-    module_results = list(failures.values())
+    planned, module_results = _narrowed(options, planned, list(failures.values()))
+    return Collected(planned, tuple(module_results), _summary(targets, imported, failures))
+
+
+def _unreadable_results(targets: list[tuple[str, Any]]) -> dict[Path, Result]:
+    """A module result for each file a walk could not read, by resolved path."""
+    failures: dict[Path, Result] = {}
+    for _, target in targets:
+        for found in target.walks:
+            for unreadable in found.unreadable:
+                hint = _exclude_hint(unreadable.path, "make it readable")
+                failures.setdefault(
+                    unreadable.path.resolve(),
+                    module_failure(unreadable.path, f"cannot be read: {unreadable.reason}", hint),
+                )
+    return failures
+
+
+def _narrowed(
+    options: RunOptions, planned: list[PlannedCheck], module_results: list[Result]
+) -> tuple[list[PlannedCheck], list[Result]]:
+    """``-k``, ``--changed-since`` and ``--shard`` applied; module results by their file and id alike."""
     if options.keyword:
         planned = [p for p in planned if options.keyword in p.subject.id]
     if options.changed is not None and options.changed_root is not None:
@@ -322,7 +332,7 @@ def collect(
     if options.shard is not None:
         planned = [p for p in planned if selection.in_shard(p.subject.id, options.shard)]
         module_results = [r for r in module_results if selection.in_shard(r.id, options.shard)]
-    return Collected(planned, tuple(module_results), _summary(targets, imported, failures))
+    return planned, module_results
 
 
 def _summary(targets: list[tuple[str, Any]], imported: dict[Path, Any], failures: dict[Path, Result]) -> Collection:
