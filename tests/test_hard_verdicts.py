@@ -279,7 +279,6 @@ def second_order_ops(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return load_copy(write(tmp_path_factory.mktemp("second_order"), "second_order_ops.py", SECOND_ORDER))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 19 item 11: second order judges only its first draw")
 def test_second_order_inconclusive_at_every_draw_does_not_agree(second_order_ops: Any) -> None:
     result = gradcheck.check(second_order_ops.ragged_slope, {"x": (5,)}, reference="numeric", order=2)
     assert AGREES not in result.notes
