@@ -19,7 +19,7 @@ import pytest
 
 import gradcheck
 from gradcheck.checking import diagnose, verdict
-from tests.helpers import FIXTURES, REPO, blamed, copy_fixture, reports_by_mode, run_json
+from tests.helpers import FIXTURES, REPO, blamed, copy_fixture, load_copy, reports_by_mode, run_json, write
 
 PASSES = {"phase_ok", "complex_square", "exp_series", "Float32Dense", "matmul_ok"}
 
@@ -235,6 +235,72 @@ def test_redraw_note_says_passed_only_in_a_passing_result() -> None:
     assert passing[0] == "a run note" and passing[-1].endswith("passed on redraw")
     assert "passed on redraw" not in failing[-1] and "x agreed on the fresh draw" in failing[-1]
     assert verdict.redraw_notes(verdict.Judgement({}, [], ["a run note"], []), failed=True) == ["a run note"]
+
+
+# -- second order: the same draws and decision as first order (issue 19, item 11) ------
+
+SECOND_ORDER = """
+import tensorflow as tf
+
+
+@tf.custom_gradient
+def ragged_slope(x):
+    \"\"\"x**2; its gradient is 2x to 3e-6 relative, but jumps within every finite-difference step.\"\"\"
+
+    def grad(dy):
+        return dy * 2.0 * x * (1.0 + 3e-6 * tf.sign(tf.sin(1e8 * x)))
+
+    return x * x, grad
+
+
+@tf.custom_gradient
+def square(x):
+    def grad(dy):
+        return dy * 2.0 * x
+
+    return x * x, grad
+
+
+@tf.custom_gradient
+def cube_stopped(x):
+    \"\"\"The gradient 3x**2 is right; its own gradient is 3x, not 6x (stop_gradient cuts half).\"\"\"
+
+    def grad(dy):
+        return dy * 3.0 * x * tf.stop_gradient(x)
+
+    return x * x * x, grad
+"""
+
+AGREES = "second order: the gradient of the custom gradient agrees with the references"
+
+
+@pytest.fixture(scope="module")
+def second_order_ops(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return load_copy(write(tmp_path_factory.mktemp("second_order"), "second_order_ops.py", SECOND_ORDER))
+
+
+def test_second_order_inconclusive_at_every_draw_does_not_agree(second_order_ops: Any) -> None:
+    result = gradcheck.check(second_order_ops.ragged_slope, {"x": (5,)}, reference="numeric", order=2)
+    assert AGREES not in result.notes
+    assert result.status == "failed"
+    (problem,) = result.problems
+    assert (problem.check, problem.input, problem.order) == ("numeric", "x", 2)
+    assert "unreliable for the second-order gradient of x at every draw" in problem.message
+
+
+def test_second_order_with_numeric_reference_passes_a_right_gradient(second_order_ops: Any) -> None:
+    for mode in ("fast", "full"):
+        result = gradcheck.check(second_order_ops.square, {"x": (5,)}, reference="numeric", order=2, mode=mode)
+        assert result.status == "passed", (mode, result.problems)
+        assert AGREES in result.notes
+
+
+def test_second_order_with_numeric_reference_fails_a_cut_gradient_of_the_gradient(second_order_ops: Any) -> None:
+    for mode in ("fast", "full"):
+        result = gradcheck.check(second_order_ops.cube_stopped, {"x": (5,)}, reference="numeric", order=2, mode=mode)
+        assert result.status == "failed", mode
+        assert {(p.check, p.input, p.order) for p in result.problems} == {("numeric", "x", 2)}
+        assert AGREES not in result.notes
 
 
 # -- native autodiff of an approximate forward pass ------------------------------------

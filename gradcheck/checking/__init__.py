@@ -449,7 +449,7 @@ def _compare_values(
         judgement = verdict.seen_in_every_execution(judgement, {p.input for p in differing})
     _record(judgement, rerun, findings)
     if settings.order == 2 and not findings.problems:
-        second = verdict.second_order_checks(judging, prepared.harness, wide, values, upstreams, skip, describe)
+        second = verdict.second_order_checks(judging, prepared.harness, wide, prepared.draws, skip, describe)
         _record(second, rerun, findings)
         if not second.problems:
             findings.notes.append("second order: the gradient of the custom gradient agrees with the references")

@@ -990,6 +990,38 @@ class Judgement:
     """Why the failures may be the draws' fault rather than the gradients' (see :attr:`Verdict.domain`)."""
 
 
+#: One draw's verdicts on the sources still pending (``draw``, ``pending``); None where the custom
+#: gradient could not be computed at that draw.
+JudgeDraw = Callable[[int, list[Source]], dict[str, Verdict] | None]
+
+
+def draw_loop(sources: list[Source], pending: list[Source], judge_draw: JudgeDraw, notes: list[str]) -> Judgement:
+    """Judge ``pending`` at draw 0, then redraw those whose verdict was not final, up to :data:`MAX_DRAWS`.
+
+    First and second order both judge through this loop: a verdict that is
+    not final at one draw (only finite differences object or cannot tell)
+    is judged again at the next, and at the last draw :func:`decide` makes
+    what :data:`RECONCILE` says of it.
+    """
+    verdicts: dict[str, Verdict] = {}
+    redrawn: set[str] = set()
+    for index in range(MAX_DRAWS):
+        if not pending:
+            break
+        found = judge_draw(index, pending)
+        if found is None:
+            break
+        verdicts.update(found)
+        still = [s for s in pending if not found[s.name].final]
+        redrawn.update(s.name for s in still)
+        pending = still
+    ordered = [verdicts[s.name] for s in sources if s.name in verdicts]
+    problems = [p for v in ordered for p in v.problems]
+    settled = tuple(s.name for s in sources if s.name in redrawn and not verdicts[s.name].problems)
+    domain = tuple(v.domain for v in ordered if v.domain is not None and v.problems)
+    return Judgement(verdicts, problems, notes, [n for v in ordered for n in v.notes], settled, domain)
+
+
 def value_checks(
     judging: Judging,
     harness: Harness,
@@ -1000,17 +1032,13 @@ def value_checks(
     describe: Callable[[BaseException], str],
 ) -> Judgement:
     """Judge each source's gradient against the references, redrawing where only finite differences disagree."""
-    pending = [s for s in harness.sources if s.name not in skip]
-    verdicts: dict[str, Verdict] = {}
-    redrawn: set[str] = set()
     notes: list[str] = judging.narrowed(harness.sources)
-    for index in range(MAX_DRAWS):
-        if not pending:
-            break
+
+    def judge_draw(index: int, pending: list[Source]) -> dict[str, Verdict] | None:
         values, upstreams = draws(index)
         custom = primary if index == 0 else harness.custom(values, upstreams, primary.execution)
         if not custom.ok:
-            break
+            return None
         native = None
         if judging.settings.compares_native:
             native = reference_harness.native(values, upstreams)
@@ -1022,20 +1050,15 @@ def value_checks(
         losses = reference_harness.losses(values, upstreams)
         loss = functools.partial(reference_harness.loss, upstreams=upstreams)
         look = first_look(judging, pending, index, values, custom, native, losses, loss)
-        still = []
+        found = {}
         for source in pending:
-            verdicts[source.name] = judge_source(judging, source, index, values, custom, native, losses, 1, look)
-            if verdicts[source.name].domain is None and (native is None or not native.ok):
-                verdicts[source.name] = _forward_non_finite_too(verdicts[source.name], harness, values)
-            if not verdicts[source.name].final:
-                still.append(source)
-        redrawn.update(s.name for s in still)
-        pending = still
-    ordered = [verdicts[s.name] for s in harness.sources if s.name in verdicts]
-    problems = [p for v in ordered for p in v.problems]
-    settled = tuple(s.name for s in harness.sources if s.name in redrawn and not verdicts[s.name].problems)
-    domain = tuple(v.domain for v in ordered if v.domain is not None and v.problems)
-    return Judgement(verdicts, problems, notes, [n for v in ordered for n in v.notes], settled, domain)
+            found[source.name] = judge_source(judging, source, index, values, custom, native, losses, 1, look)
+            if found[source.name].domain is None and (native is None or not native.ok):
+                found[source.name] = _forward_non_finite_too(found[source.name], harness, values)
+        return found
+
+    pending = [s for s in harness.sources if s.name not in skip]
+    return draw_loop(harness.sources, pending, judge_draw, notes)
 
 
 def redraw_notes(judgement: Judgement, failed: bool) -> list[str]:
@@ -1066,31 +1089,39 @@ def second_order_checks(
     judging: Judging,
     harness: Harness,
     reference_harness: Harness,
-    values: dict[str, Any],
-    upstreams: list[np.ndarray],
+    draws: Callable[[int], tuple[dict[str, Any], list[np.ndarray]]],
     skip: set[str],
     describe: Callable[[BaseException], str],
 ) -> Judgement:
-    """The gradient of the custom gradient against finite differences of the gradient (and native)."""
+    """The gradient of the custom gradient against finite differences of the gradient (and native),
+    through the same draws and decision as the first order (:func:`draw_loop`)."""
     sources = [s for s in harness.sources if s.name not in skip]
-    rng = subject_rng(judging.settings.seed, judging.subject_name + ":second-order", 0)
-    weights = {s.name: rng.standard_normal(size=s.shape) for s in sources}
-    custom = harness.second_order(values, upstreams, weights, "custom")
-    if not custom.ok:
-        problem = Problem(
-            "numeric",
-            None,
-            "second order: the gradient of the custom gradient could not be computed: " + describe(custom.error),  # type: ignore[arg-type]
-            execution="eager",
-            hint="the backward function must be built from differentiable TensorFlow ops "
-            "(or carry a @tf.custom_gradient of its own)",
-            order=2,
-        )
-        return Judgement({}, [problem], [], [])
-    native = None
-    if judging.settings.compares_native:
-        native = reference_harness.second_order(values, upstreams, weights, "native")
-    losses = one_at_a_time(lambda moved: reference_harness.first_order_loss(moved, upstreams, weights), values)
-    verdicts = {s.name: judge_source(judging, s, 0, values, custom, native, losses, 2) for s in sources}
-    problems = [p for v in verdicts.values() for p in v.problems]
-    return Judgement(verdicts, problems, [], [n for v in verdicts.values() for n in v.notes])
+    failed: list[Problem] = []
+
+    def judge_draw(index: int, pending: list[Source]) -> dict[str, Verdict] | None:
+        values, upstreams = draws(index)
+        rng = subject_rng(judging.settings.seed, judging.subject_name + ":second-order", index)
+        weights = {s.name: rng.standard_normal(size=s.shape) for s in sources}
+        custom = harness.second_order(values, upstreams, weights, "custom")
+        if not custom.ok:
+            failed.append(
+                Problem(
+                    "numeric",
+                    None,
+                    "second order: the gradient of the custom gradient could not be computed: "
+                    + describe(custom.error),  # type: ignore[arg-type]
+                    execution="eager",
+                    hint="the backward function must be built from differentiable TensorFlow ops "
+                    "(or carry a @tf.custom_gradient of its own)",
+                    order=2,
+                )
+            )
+            return None
+        native = None
+        if judging.settings.compares_native:
+            native = reference_harness.second_order(values, upstreams, weights, "native")
+        losses = one_at_a_time(lambda moved: reference_harness.first_order_loss(moved, upstreams, weights), values)
+        return {s.name: judge_source(judging, s, index, values, custom, native, losses, 2) for s in pending}
+
+    judgement = draw_loop(sources, sources, judge_draw, [])
+    return replace(judgement, problems=[*judgement.problems, *failed]) if failed else judgement
