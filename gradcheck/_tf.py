@@ -540,14 +540,6 @@ def _custom_gradient_module() -> Any:
     return module
 
 
-def choke_point_available() -> bool:
-    """True when this TensorFlow still routes every custom-gradient call through the two globals."""
-    module = _custom_gradient_module()
-    return callable(getattr(module, "_eager_mode_decorator", None)) and callable(
-        getattr(module, "_graph_mode_decorator", None)
-    )
-
-
 def is_custom_gradient_decorator(obj: Any) -> bool:
     """True for ``tf.custom_gradient`` itself, Keras's, TFP's helper, or any function named so.
 

@@ -87,11 +87,6 @@ class Argument:
     has_default: bool = False
     """The parameter has a default value (so callers may leave it out or name it)."""
 
-    @property
-    def is_tensor(self) -> bool:
-        """True for drawn tensors (float or integer)."""
-        return self.spec is not None
-
     def leaves(self) -> tuple[Argument, ...]:
         """This argument's tensors and constants, flattened as ``tf.nest.flatten`` does."""
         if self.role in ("list", "complex"):
@@ -164,18 +159,6 @@ class CallPlan:
                 argument = replace(argument, spec=drawn.spec, role=drawn.role, items=items, guessed=True)
             filled.append(argument)
         return replace(self, arguments=tuple(filled), unknown=())
-
-    def with_distribution(self, distribution: str) -> CallPlan:
-        """The same plan with every guessed float input drawn from another distribution."""
-        return replace(
-            self,
-            arguments=tuple(
-                replace(a, spec=replace(a.spec, distribution=distribution))
-                if a.guessed and a.spec is not None and a.spec.differentiable
-                else a
-                for a in self.arguments
-            ),
-        )
 
     def narrowed(self) -> Narrowed | None:
         """The next narrower draw of the float inputs whose draw nobody chose, after a domain problem.
@@ -511,11 +494,6 @@ def draw_tensor(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
     else:
         values = standard_normal(rng, shape)
     return np.asarray(values, dtype=np.float64)
-
-
-def describe_dtype(value: Any) -> str:
-    """The dtype name of a constant, for reports."""
-    return type(value).__name__
 
 
 def symmetrize(array: np.ndarray) -> np.ndarray:
