@@ -21,7 +21,6 @@ from gradcheck.config import InputConfig, SubjectConfig, closest
 from gradcheck.errors import ConfigError
 
 FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
-INTEGER_DTYPES = ("int32", "int64")
 #: Drawn when the config or probing asks for them; differentiated as their real and imaginary parts.
 COMPLEX_DTYPES = ("complex128", "complex64")
 #: A complex input is drawn and perturbed as two real tensors of this dtype: its real and imaginary parts.
@@ -143,10 +142,6 @@ class CallPlan:
     def tensors(self) -> tuple[Argument, ...]:
         """Every drawn tensor, float or integer."""
         return tuple(a for a in self.leaves if a.spec is not None)
-
-    def with_shapes(self, shapes: Mapping[str, tuple[int, ...]], dtype: str) -> CallPlan:
-        """Fill the unknown parameters with probed shapes."""
-        return self.with_specs({name: TensorSpec(shape=shape, dtype=dtype) for name, shape in shapes.items()})
 
     def with_specs(self, specs: Mapping[str, TensorSpec]) -> CallPlan:
         """Fill the unknown parameters with probed specs (float, integer or complex), marked guessed."""
