@@ -1,8 +1,10 @@
 """Shapes, dims and distributions -> a call plan and seeded numpy arrays.
 
-Nothing here imports TensorFlow: arrays are drawn with numpy's own
+Planning and drawing need no TensorFlow: arrays are drawn with numpy's own
 generator, seeded per function, so the user's global random state is never
-touched and one function's draws do not depend on which others ran.
+touched and one function's draws do not depend on which others ran. Only
+building a call's arguments from a complex input's two real parts
+(``_complex_value``) asks :mod:`gradcheck._tf` for TensorFlow, when it runs.
 """
 
 from __future__ import annotations
