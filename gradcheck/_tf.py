@@ -119,23 +119,14 @@ def tensorflow_available() -> bool:
 
 # -- global state: what a user's module can change and gradcheck puts back ----------------------
 
-#: TensorFlow's process-wide switches that a user's module can flip, each read and written
-#: through TensorFlow's own functions (see :func:`global_flags`).
-FLAG_NAMES = (
-    "eager",
-    "run_functions_eagerly",
-    "tensor_float_32",
-    "soft_device_placement",
-    "op_determinism",
-    "jit",
-    "check_numerics",
-    "keras_floatx",
-    "keras_dtype_policy",
-)
-
 
 def global_flags() -> dict[str, Any]:
-    """The current value of each of :data:`FLAG_NAMES`."""
+    """The process-wide switches a user's module can flip, by name, each read through TensorFlow's own functions.
+
+    ``eager``, ``run_functions_eagerly``, ``tensor_float_32``, ``soft_device_placement``,
+    ``op_determinism``, ``jit`` and ``check_numerics``; ``keras_floatx`` and
+    ``keras_dtype_policy`` where Keras is imported. :func:`set_global_flags` writes them back.
+    """
     tf = tensorflow()
     from tensorflow.python.framework import config as tf_config
 
@@ -540,14 +531,6 @@ def _custom_gradient_module() -> Any:
     return module
 
 
-def choke_point_available() -> bool:
-    """True when this TensorFlow still routes every custom-gradient call through the two globals."""
-    module = _custom_gradient_module()
-    return callable(getattr(module, "_eager_mode_decorator", None)) and callable(
-        getattr(module, "_graph_mode_decorator", None)
-    )
-
-
 def is_custom_gradient_decorator(obj: Any) -> bool:
     """True for ``tf.custom_gradient`` itself, Keras's, TFP's helper, or any function named so.
 
@@ -632,7 +615,7 @@ class Reach:
         module._graph_mode_decorator = lambda f, a, k: self._intercept(graph, f, a, k, False)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *_exc: object) -> None:
         module = _custom_gradient_module()
         assert self._saved is not None
         module._eager_mode_decorator, module._graph_mode_decorator = self._saved

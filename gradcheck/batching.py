@@ -41,7 +41,7 @@ class ForwardPass(Protocol):
         ...
 
     def native_outputs(self, tensors: dict[str, Any]) -> list[Any]:
-        """The float outputs of one native forward call on ``tensors``, counted as a forward evaluation."""
+        """The float outputs of one native forward call on ``tensors``."""
         ...
 
     def loss(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> tuple[float, float]:

@@ -209,13 +209,6 @@ def richardson(
     return np.where(bad, np.nan, estimate), np.where(bad, np.inf, error)
 
 
-def directional_derivative(
-    losses: BatchedLoss, name: str, direction: np.ndarray, step: float, dtype: str
-) -> DirectionalEstimate:
-    """Central differences along ``direction`` at steps ``h`` and ``2h``: one batch of five points."""
-    return directional_derivatives(losses, name, [direction], step, dtype)[0]
-
-
 def directional_derivatives(
     losses: BatchedLoss, name: str, directions: Sequence[np.ndarray], step: float, dtype: str
 ) -> list[DirectionalEstimate]:

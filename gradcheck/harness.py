@@ -85,8 +85,6 @@ class Harness:
         self.batching: dict[str, tuple[str, str]] = self._batcher.strategies
         #: Where each float output sits in the result (a dict key, a tuple index), in upstream order.
         self.output_labels: list[str] = []
-        #: How many times the forward ran for finite differences and probing.
-        self.forward_evaluations = 0
         # Per tensor leaf: the array last converted and its tensor. A check converts the same draw for
         # the forward pass, both custom executions, native autodiff and the center of the finite
         # differences: for big inputs each conversion costs as much as an elementwise op.
@@ -219,7 +217,6 @@ class Harness:
         tf = _tf.tensorflow()
         if self.output_specs is not None and (remembered := self._remembered(values)) is not None:
             return remembered
-        self.forward_evaluations += 1
         tensors = self.as_tensors(values)
         if self.output_specs is None:
             with tf.GradientTape(watch_accessed_variables=True) as tape:
@@ -275,9 +272,8 @@ class Harness:
         self._originals = {name: np.asarray(v.numpy()).copy() for name, v in named}
 
     def native_outputs(self, tensors: dict[str, Any]) -> list[Any]:
-        """The float outputs of one native forward call on ``tensors``, counted as a forward evaluation."""
+        """The float outputs of one native forward call on ``tensors``."""
         args, kwargs = self._arguments(tensors)
-        self.forward_evaluations += 1
         return self._float_outputs(self.target.native(args, kwargs))
 
     @property

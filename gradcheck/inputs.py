@@ -1,8 +1,10 @@
 """Shapes, dims and distributions -> a call plan and seeded numpy arrays.
 
-Nothing here imports TensorFlow: arrays are drawn with numpy's own
+Planning and drawing need no TensorFlow: arrays are drawn with numpy's own
 generator, seeded per function, so the user's global random state is never
-touched and one function's draws do not depend on which others ran.
+touched and one function's draws do not depend on which others ran. Only
+building a call's arguments from a complex input's two real parts
+(``_complex_value``) asks :mod:`gradcheck._tf` for TensorFlow, when it runs.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from gradcheck.config import InputConfig, SubjectConfig, closest
 from gradcheck.errors import ConfigError
 
 FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
-INTEGER_DTYPES = ("int32", "int64")
 #: Drawn when the config or probing asks for them; differentiated as their real and imaginary parts.
 COMPLEX_DTYPES = ("complex128", "complex64")
 #: A complex input is drawn and perturbed as two real tensors of this dtype: its real and imaginary parts.
@@ -87,11 +88,6 @@ class Argument:
     has_default: bool = False
     """The parameter has a default value (so callers may leave it out or name it)."""
 
-    @property
-    def is_tensor(self) -> bool:
-        """True for drawn tensors (float or integer)."""
-        return self.spec is not None
-
     def leaves(self) -> tuple[Argument, ...]:
         """This argument's tensors and constants, flattened as ``tf.nest.flatten`` does."""
         if self.role in ("list", "complex"):
@@ -149,10 +145,6 @@ class CallPlan:
         """Every drawn tensor, float or integer."""
         return tuple(a for a in self.leaves if a.spec is not None)
 
-    def with_shapes(self, shapes: Mapping[str, tuple[int, ...]], dtype: str) -> CallPlan:
-        """Fill the unknown parameters with probed shapes."""
-        return self.with_specs({name: TensorSpec(shape=shape, dtype=dtype) for name, shape in shapes.items()})
-
     def with_specs(self, specs: Mapping[str, TensorSpec]) -> CallPlan:
         """Fill the unknown parameters with probed specs (float, integer or complex), marked guessed."""
         filled = []
@@ -164,18 +156,6 @@ class CallPlan:
                 argument = replace(argument, spec=drawn.spec, role=drawn.role, items=items, guessed=True)
             filled.append(argument)
         return replace(self, arguments=tuple(filled), unknown=())
-
-    def with_distribution(self, distribution: str) -> CallPlan:
-        """The same plan with every guessed float input drawn from another distribution."""
-        return replace(
-            self,
-            arguments=tuple(
-                replace(a, spec=replace(a.spec, distribution=distribution))
-                if a.guessed and a.spec is not None and a.spec.differentiable
-                else a
-                for a in self.arguments
-            ),
-        )
 
     def narrowed(self) -> Narrowed | None:
         """The next narrower draw of the float inputs whose draw nobody chose, after a domain problem.
@@ -511,11 +491,6 @@ def draw_tensor(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
     else:
         values = standard_normal(rng, shape)
     return np.asarray(values, dtype=np.float64)
-
-
-def describe_dtype(value: Any) -> str:
-    """The dtype name of a constant, for reports."""
-    return type(value).__name__
 
 
 def symmetrize(array: np.ndarray) -> np.ndarray:

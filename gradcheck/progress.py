@@ -10,7 +10,6 @@ never in CI logs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import TracebackType
 from typing import IO, Any
 
 from rich.console import Console
@@ -56,9 +55,7 @@ class ProgressBar:
         self._task = self._progress.add_task("[bold]starting[/] the checker", total=None)
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self._progress.stop()
 
     def on_import(self, path: str) -> None:

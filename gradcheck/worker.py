@@ -70,9 +70,6 @@ LOST_PIPES = 86
 #: C++ aborts the process instead of raising. Between two looks a worker filling fresh pages at a
 #: few GB/s gains tens of MB.
 POLL_SECONDS = 0.01
-#: How far past ``--max-memory`` a worker may get before it is stopped, as measured (README, "Nothing
-#: hangs the run"): one poll's worth of page faults, with room for a loaded machine.
-MEMORY_MARGIN_MB = 150
 #: Written by the worker to its output pipe at the end of a run, so the parent knows it has
 #: passed on everything the run printed before it renders the report.
 _SYNC = b"\x1e-gradcheck-output-sync-\x1e\n"

@@ -14,9 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from click.testing import CliRunner, Result
 
 from gradcheck.cli import main
+from gradcheck.finite_differences import BatchedLoss, DirectionalEstimate, directional_derivatives
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parent.parent
@@ -40,6 +42,13 @@ def copy_fixture(name: str, destination: Path) -> Path:
     target = destination / name
     shutil.copytree(FIXTURES / name, target)
     return target
+
+
+def directional_derivative(
+    losses: BatchedLoss, name: str, direction: np.ndarray, step: float, dtype: str
+) -> DirectionalEstimate:
+    """Central differences along one ``direction`` at steps ``h`` and ``2h``: one batch of five points."""
+    return directional_derivatives(losses, name, [direction], step, dtype)[0]
 
 
 def run_json(*args: str) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from gradcheck.finite_differences import (
     EPSILON,
     Perturbations,
     default_step,
-    directional_derivative,
     directional_derivatives,
     element_directions,
     finite_difference_gradient,
@@ -23,6 +22,7 @@ from gradcheck.finite_differences import (
     one_at_a_time,
     richardson,
 )
+from tests.helpers import directional_derivative
 
 REPO = Path(__file__).resolve().parent.parent
 

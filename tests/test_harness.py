@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from gradcheck import compare
-from gradcheck.finite_differences import Perturbations, directional_derivative
+from gradcheck.finite_differences import Perturbations
 from gradcheck.harness import Harness
 from gradcheck.inputs import Argument, CallPlan, TensorSpec, tensor_argument
 from gradcheck.targets import FunctionTarget
+from tests.helpers import directional_derivative
 
 tf = pytest.importorskip("tensorflow")
 

@@ -33,7 +33,7 @@ def test_plan_maps_inputs_constants_and_defaults() -> None:
 def test_plan_lists_unconfigured_required_arguments() -> None:
     plan = plan_call(_signature("def f(x, y, z=1): pass"), None, {}, "float32", "cfg", "functions.f")
     assert plan.unknown == ("x", "y")
-    filled = plan.with_shapes({"x": (3, 4), "y": (4,)}, "float32")
+    filled = plan.with_specs({"x": TensorSpec((3, 4), "float32"), "y": TensorSpec((4,), "float32")})
     assert [a.spec.shape for a in filled.arguments] == [(3, 4), (4,)]
     assert all(a.guessed for a in filled.arguments)
 

@@ -587,6 +587,10 @@ def test_a_function_that_allocates_past_the_memory_bound_is_an_error_and_the_run
     assert results["cube"]["status"] == "passed"
 
 
+#: How far past ``--max-memory`` a worker may get before it is stopped, as measured (README, "Nothing
+#: hangs the run"): one poll's worth (``worker.POLL_SECONDS``) of page faults, with room for a loaded machine.
+MEMORY_MARGIN_MB = 150
+
 GRABS = """
     import numpy as np
     import tensorflow as tf
@@ -608,7 +612,7 @@ def test_the_memory_bound_holds_within_its_margin_and_the_peak_is_reported(proje
     message = result["problems"][0]["message"]
     assert message.startswith("memory: the check used more than 1500 MB (peak "), message
     peak = float(message.split("(peak ")[1].split(" MB")[0])
-    assert 1500 < peak <= 1500 + worker.MEMORY_MARGIN_MB, message
+    assert 1500 < peak <= 1500 + MEMORY_MARGIN_MB, message
 
 
 def test_a_function_that_ends_the_process_is_an_error_and_the_run_goes_on(slow: Path) -> None:

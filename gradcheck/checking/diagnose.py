@@ -1,4 +1,11 @@
-"""Every hint in one place: naming the likely bug behind a problem.
+"""The hints that name the likely bug behind a wrong gradient value: a custom gradient's, or TensorFlow's own.
+
+Not every hint is here. The audit writes its structural problems' hints (a
+gradient's count, dtype or shape, a missing ``variables``; the shape one with
+:func:`shape_hint` from here), the verdict its own (a kink, a non-finite
+gradient, a second order that cannot be computed; the unreliable one is
+:data:`UNRELIABLE_HINT` from here), and the run those of its errors (an
+import, an exception, float32 code, inputs too large).
 
 The pure pattern tests (numpy only, tested without TensorFlow) come first;
 then the hints that rerun the backward function or native autodiff with one

@@ -798,11 +798,7 @@ def decide(
         )
         return Verdict(final=True, problems=problems, notes=notes)
     domain = None
-    if (
-        judged.draw + 1 >= MAX_DRAWS
-        and numeric.verdict is Evidence.INCONCLUSIVE
-        and decision is not (Reconciled.NATIVE_VOUCHES)
-    ):
+    if judged.draw + 1 >= MAX_DRAWS and numeric.verdict is Evidence.INCONCLUSIVE:
         domain = (
             f"finite differences of the {judged.what} were inconclusive at every draw (the forward output "
             "does not vary smoothly there)"

@@ -26,9 +26,6 @@ _MODULES = {
     "sarif": "gradcheck.reporting.sarif",
 }
 
-#: Formats that are a document for machines: on standard output, nothing else may go there.
-MACHINE_FORMATS = ("json", "junit", "github", "sarif")
-
 
 @dataclass(frozen=True)
 class RenderOptions:
