@@ -581,7 +581,10 @@ def list_(selection: _Selection, verbose: int, exclude: tuple[str, ...] | None) 
     if listing.module_results:
         return ExitCode.FAILED
     if not listing.entries:
-        click.echo(f"nothing to check: {session.nothing_found(listing.summary)}", err=True)
+        from gradcheck.reporting.text import nothing_found
+
+        why = nothing_found(listing.summary) or "no custom-gradient functions found"
+        click.echo(f"nothing to check: {why}", err=True)
         return ExitCode.NO_TESTS
     return ExitCode.OK
 

@@ -47,8 +47,6 @@ class Target:
     """True for a file or module named directly (imported whatever it contains)."""
     walks: tuple[walking.Walk, ...] = ()
     """For a directory or package: what each walk read, brought in, left out and could not read."""
-    names_root: Path | None = None
-    """For a package walk: the folder its dotted names start from (site-packages for an installed one)."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +92,7 @@ class Subject:
 
 def display_path(path: Path, resolve: bool = True) -> str:
     """``path`` relative to the current directory where it lies below it (links followed unless not ``resolve``)."""
-    resolved = path.resolve() if resolve else path
+    resolved = path.resolve() if resolve else Path(os.path.abspath(path))
     try:
         return resolved.relative_to(Path.cwd().resolve() if resolve else Path(os.getcwd())).as_posix()
     except ValueError:
@@ -170,9 +168,7 @@ def _dotted_target(spec: str, dotted: str, selector: str | None, exclusions: tup
         base = folder.resolve().parents[depth - 1]
         walks.append(walking.walk(folder, exclusions, package_base=base, names_root=base))
     files = tuple(dict.fromkeys(file for found in walks for file in found.files))
-    return Target(
-        spec=spec, files=files, selector=selector, explicit=False, walks=tuple(walks), names_root=walks[0].names_root
-    )
+    return Target(spec=spec, files=files, selector=selector, explicit=False, walks=tuple(walks))
 
 
 def _find_module_spec(dotted: str) -> Any:
@@ -278,7 +274,7 @@ def _import_context(root: Path) -> Iterator[set[str]]:
         # Children go first, so no module is left without its parent package, whatever the hash seed.
         for name in sorted(set(sys.modules) - before, key=lambda n: (-n.count("."), n)):
             file = _module_location(sys.modules.get(name))
-            if file is not None and _below(file, root_text) and not file.startswith(site_dirs):
+            if file is not None and walking.is_below(file, root_text) and not file.startswith(site_dirs):
                 added.add(name)
         for name in sorted(added, key=lambda n: (-n.count("."), n)):
             sys.modules.pop(name, None)
@@ -295,10 +291,6 @@ def _module_location(module: Any) -> str | None:
         return str(Path(file).resolve()) if isinstance(file, str) else None
     except Exception:  # a user's module can make any attribute read raise
         return None
-
-
-def _below(file: str, root: str) -> bool:
-    return file == root or file.startswith(root.rstrip(os.sep) + os.sep)
 
 
 @contextlib.contextmanager

@@ -49,7 +49,7 @@ from gradcheck.inputs import Argument, CallPlan
 from gradcheck.results import DEFAULT_FAIL_ON, Collection, Problem, Result, RunReport
 from gradcheck.run import check_all
 from gradcheck.settings import BY_NAME, DEFAULT_TIMEOUT, FUNCTION, RUN_SETTINGS, TABLE, resolve
-from gradcheck.walk import MARKERS, Exclusion
+from gradcheck.walk import Exclusion
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,7 @@ def module_failure(
 ) -> Result:
     """The result of a file a walk brought in that could not be imported or read (``-v`` shows the traceback)."""
     # Not resolved: a dangling link is reported under its own name, not its target's.
-    shown = display_path(Path(os.path.abspath(path)), resolve=False)
+    shown = display_path(path, resolve=False)
     where = f"{shown}:{line}" if line else shown
     details = "".join(traceback.format_exception(error)) if error is not None else None
     return Result(
@@ -219,7 +219,7 @@ def module_failure(
 
 
 def _exclude_hint(path: Path, what: str, names_root: Path | None = None) -> str:
-    shown = display_path(Path(os.path.abspath(path)), resolve=False)
+    shown = display_path(path, resolve=False)
     if os.path.isabs(shown) and names_root is not None:
         # An installed package's file: a glob below the folder its package sits in matches it too.
         with contextlib.suppress(ValueError):
@@ -267,7 +267,8 @@ def collect(
         if not target.files:
             config_for(Path(spec.partition("::")[0]))
         found_here: list[PlannedCheck] = []
-        base = target.names_root or (target.walks[0].names_root if target.walks else None)
+        # A walk's files import by their names below its root (site-packages for an installed package).
+        base = target.walks[0].names_root if target.walks else None
         for file in target.files:
             resolved = file.resolve()
             if resolved in failures:
@@ -340,7 +341,7 @@ def _summary(targets: list[tuple[str, Any]], imported: dict[Path, Any], failures
     walks = [found for _, target in targets for found in target.walks]
 
     def shown(paths: Any) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(display_path(Path(os.path.abspath(path)), resolve=False) for path in paths))
+        return tuple(dict.fromkeys(display_path(path, resolve=False) for path in paths))
 
     return Collection(
         scanned=shown(path for found in walks for path in found.scanned),
@@ -563,17 +564,6 @@ class Listing:
     entries: tuple[ListedFunction, ...]
     module_results: tuple[Result, ...]
     summary: Collection
-
-
-def nothing_found(summary: Collection) -> str:
-    """Why a run found nothing to check, as the end of a ``nothing to check: ...`` line."""
-    if summary.scanned:
-        count = len(summary.scanned)
-        files = f"{count} file{'s' if count != 1 else ''} scanned"
-        if not summary.imported:
-            return f"{files}; none holds a custom gradient (markers: {', '.join(MARKERS)})"
-        return f"{files}, {len(summary.imported)} imported; none defines a custom-gradient function or layer"
-    return "no custom-gradient functions found"
 
 
 def listing(options: RunOptions) -> Listing:

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from gradcheck import _tf
+from gradcheck.walk import is_below
 
 #: Switches gradcheck sets for the duration of every check, whatever the user's module set:
 #: its "function" execution must really run a graph, its "eager" one eagerly, and TF32
@@ -158,13 +159,9 @@ class Snapshot:
             resolved = str(Path(file).resolve())
         except (OSError, ValueError):
             return False
-        if any(_below(resolved, folder) for folder in (*self.site_dirs, _GRADCHECK_DIR)):
+        if any(is_below(resolved, folder) for folder in (*self.site_dirs, _GRADCHECK_DIR)):
             return False
-        return any(_below(resolved, root) for root in self.roots)
-
-
-def _below(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+        return any(is_below(resolved, root) for root in self.roots)
 
 
 def _getcwd() -> str | None:

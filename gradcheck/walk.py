@@ -124,6 +124,11 @@ class _Source:
     test_module: bool
 
 
+def is_below(path: str, folder: str) -> bool:
+    """True when the path ``path`` is ``folder`` or lies inside it (not merely shares its prefix)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def _is_venv(directory: Path) -> bool:
     return (directory / "pyvenv.cfg").is_file()
 

@@ -62,7 +62,8 @@ def summary_line(report: RunReport) -> str:
         if counts[status]
     ]
     if not parts:
-        parts = ["nothing checked" + _why_nothing(report.collection)]
+        why = nothing_found(report.collection)
+        parts = ["nothing checked" + (f" ({why})" if why else "")]
     line = ", ".join(parts) + f" in {report.seconds:.2f}s"
     left = f": {len(report.not_checked)} not checked" if report.not_checked else ""
     if report.interrupted:
@@ -73,24 +74,28 @@ def summary_line(report: RunReport) -> str:
     return line
 
 
-def _why_nothing(collection: Collection | None) -> str:
+def _files(count: int) -> str:
+    return f"{count} file{'s' if count != 1 else ''}"
+
+
+def nothing_found(collection: Collection | None) -> str | None:
+    """Why a walk found nothing to check (``3 files scanned; none holds a custom gradient``); None without a walk.
+
+    The summary line of ``run`` and the message of ``list`` both say it.
+    """
     if collection is None or not collection.scanned:
-        return ""
-    count = len(collection.scanned)
+        return None
+    scanned = f"{_files(len(collection.scanned))} scanned"
     if not collection.imported:
-        return f" ({count} file{'s' if count != 1 else ''} scanned; none holds a custom gradient)"
-    return f" ({count} scanned, {len(collection.imported)} imported; none defines a custom gradient)"
-
-
-def _counted(count: int, what: str) -> str:
-    return f"{count} {what}" if what != "file" else f"{count} file{'s' if count != 1 else ''}"
+        return f"{scanned}; none holds a custom gradient"
+    return f"{scanned}, {len(collection.imported)} imported; none defines a custom-gradient function or layer"
 
 
 def collection_line(collection: Collection) -> str:
     """``collection: 223 files scanned, 2 imported, 12 excluded, 1 failed to import``."""
     parts = []
     if collection.scanned:
-        parts.append(f"{_counted(len(collection.scanned), 'file')} scanned")
+        parts.append(f"{_files(len(collection.scanned))} scanned")
     parts.append(f"{len(collection.imported)} imported")
     if collection.excluded:
         parts.append(f"{len(collection.excluded)} excluded")
