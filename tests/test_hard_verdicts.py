@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import gradcheck
-from gradcheck.checking import diagnose, verdict
+from gradcheck.checking import diagnose, draw_loop
 from tests.helpers import FIXTURES, REPO, blamed, copy_fixture, load_copy, reports_by_mode, run_json, write
 
 PASSES = {"phase_ok", "complex_square", "exp_series", "Float32Dense", "matmul_ok"}
@@ -229,12 +229,12 @@ def test_problem_seen_in_every_execution_names_none(reports: dict[str, Any], mod
 
 
 def test_redraw_note_says_passed_only_in_a_passing_result() -> None:
-    judgement = verdict.Judgement({}, [], ["a run note"], [], redrawn=("x",))
-    passing = verdict.redraw_notes(judgement, failed=False)
-    failing = verdict.redraw_notes(judgement, failed=True)
+    judgement = draw_loop.Judgement({}, [], ["a run note"], [], redrawn=("x",))
+    passing = draw_loop.redraw_notes(judgement, failed=False)
+    failing = draw_loop.redraw_notes(judgement, failed=True)
     assert passing[0] == "a run note" and passing[-1].endswith("passed on redraw")
     assert "passed on redraw" not in failing[-1] and "x agreed on the fresh draw" in failing[-1]
-    assert verdict.redraw_notes(verdict.Judgement({}, [], ["a run note"], []), failed=True) == ["a run note"]
+    assert draw_loop.redraw_notes(draw_loop.Judgement({}, [], ["a run note"], []), failed=True) == ["a run note"]
 
 
 # -- second order: the same draws and decision as first order (issue 19, item 11) ------

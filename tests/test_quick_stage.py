@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gradcheck.checking import verdict
-from gradcheck.checking.verdict import Evidence
+from gradcheck.checking import evidence
+from gradcheck.checking.evidence import Evidence
 from gradcheck.compare import tolerance
 from gradcheck.config import Settings
 from gradcheck.finite_differences import one_at_a_time
@@ -37,7 +37,7 @@ SMOOTH = {
 ERRORS = [0.0, 1e-9, 1e-7, 1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 1e-3, 1e-2]
 
 
-def _case(name: str, size: int, seed: int) -> tuple[verdict.Judging, Source, dict, np.ndarray, object]:
+def _case(name: str, size: int, seed: int) -> tuple[evidence.Judging, Source, dict, np.ndarray, object]:
     forward, derivative = SMOOTH[name]
     rng = np.random.default_rng(seed)
     x = rng.uniform(-2.0, 2.0, size=size)
@@ -48,7 +48,7 @@ def _case(name: str, size: int, seed: int) -> tuple[verdict.Judging, Source, dic
         return float(np.sum(products)), float(np.sum(np.abs(products)))
 
     values = {"x": x}
-    judging = verdict.Judging(Settings(reference="numeric"), f"quick-{name}", wide=False, output_size=size)
+    judging = evidence.Judging(Settings(reference="numeric"), f"quick-{name}", wide=False, output_size=size)
     return judging, Source("x", (size,), "float64"), values, weights * derivative(x), one_at_a_time(loss, values)
 
 
@@ -60,10 +60,10 @@ def _both_stages(name: str, size: int, seed: int, relative: float, elementwise: 
     else:
         wrong = right.copy()
         wrong[int(rng.integers(size))] += relative * float(np.max(np.abs(right)))
-    judged = verdict.Judged(source, 0, values, wrong, losses, "eager", 1)
+    judged = evidence.Judged(source, 0, values, wrong, losses, "eager", 1)
     tol = tolerance("float64", "numeric")
-    quick = verdict.quick_agreement(judging, judged, verdict._directions(judging, judged), tol)
-    careful = verdict.projected_evidence(judging, judged, None, tol, quick=False).verdict
+    quick = evidence.quick_agreement(judging, judged, evidence._directions(judging, judged), tol)
+    careful = evidence.projected_evidence(judging, judged, None, tol, quick=False).verdict
     return quick, careful
 
 
@@ -98,11 +98,11 @@ def test_a_kink_inside_the_step_is_left_to_the_careful_stage() -> None:
         products = weights * np.abs(moved["x"])
         return float(np.sum(products)), float(np.sum(np.abs(products)))
 
-    judging = verdict.Judging(Settings(reference="numeric"), "quick-kink", wide=False, output_size=3)
+    judging = evidence.Judging(Settings(reference="numeric"), "quick-kink", wide=False, output_size=3)
     got = weights * np.sign(values["x"])
-    judged = verdict.Judged(Source("x", (3,), "float64"), 0, values, got, one_at_a_time(loss, values), "eager", 1)
+    judged = evidence.Judged(Source("x", (3,), "float64"), 0, values, got, one_at_a_time(loss, values), "eager", 1)
     tol = tolerance("float64", "numeric")
-    assert not verdict.quick_agreement(judging, judged, verdict._directions(judging, judged), tol)
+    assert not evidence.quick_agreement(judging, judged, evidence._directions(judging, judged), tol)
 
 
 @pytest.mark.parametrize("reference", ["numeric", "both"])
@@ -152,9 +152,9 @@ def _verdicts(results: dict[str, Any]) -> dict[str, Any]:
 #: Started before gradcheck runs, in the command's process and in its worker (which inherit the
 #: environment): the careful stage alone, as fast mode was before the quick stage.
 CAREFUL_ONLY = """
-import gradcheck.checking.verdict as verdict
+import gradcheck.checking.evidence as evidence
 
-verdict.quick_agreement = lambda *args: False
+evidence.quick_agreement = lambda *args: False
 """
 
 

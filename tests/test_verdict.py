@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gradcheck.checking import verdict
-from gradcheck.checking.verdict import MAX_DRAWS, Evidence, Reconciled
+from gradcheck.checking import evidence, refine, verdict
+from gradcheck.checking.evidence import Evidence
+from gradcheck.checking.verdict import MAX_DRAWS, Reconciled
 from gradcheck.compare import ProjectionComparison, compare_elementwise, tolerance
 from gradcheck.config import Settings
 from gradcheck.harness import Source
@@ -43,37 +44,37 @@ def test_the_table_covers_every_pair_native_can_give() -> None:
 
 
 def test_evidence_from_a_comparison() -> None:
-    assert verdict.evidence(True) is A and verdict.evidence(False) is D
-    assert verdict.evidence(None) is N and verdict.evidence(True, available=False) is U
+    assert evidence.evidence(True) is A and evidence.evidence(False) is D
+    assert evidence.evidence(None) is N and evidence.evidence(True, available=False) is U
 
 
 SOURCE = Source("x", (3,), "float64")
 GOT = np.array([1.0, 2.0, 3.0])
 
 
-def judged(draw: int) -> verdict.Judged:
-    return verdict.Judged(SOURCE, draw, {"x": np.zeros(3)}, GOT, losses=None, execution="eager", order=1)  # type: ignore[arg-type]
+def judged(draw: int) -> evidence.Judged:
+    return evidence.Judged(SOURCE, draw, {"x": np.zeros(3)}, GOT, losses=None, execution="eager", order=1)  # type: ignore[arg-type]
 
 
-def judging(reference: str = "both") -> verdict.Judging:
-    return verdict.Judging(Settings(reference=reference), "op", wide=False, output_size=3)
+def judging(reference: str = "both") -> evidence.Judging:
+    return evidence.Judging(Settings(reference=reference), "op", wide=False, output_size=3)
 
 
-def native(gradient: np.ndarray) -> verdict.NativeEvidence:
+def native(gradient: np.ndarray) -> evidence.NativeEvidence:
     comparison = compare_elementwise(GOT, gradient, tolerance("float64", "native"))
-    return verdict.NativeEvidence(verdict.evidence(comparison.ok), gradient, comparison)
+    return evidence.NativeEvidence(evidence.evidence(comparison.ok), gradient, comparison)
 
 
 def projection(ok: bool, conclusive: bool = True) -> ProjectionComparison:
     return ProjectionComparison(ok, conclusive, 1.0, 1.0 if ok else 2.0, 0.0 if ok else 1.0, 0.0 if ok else 0.5)
 
 
-def decide(native_evidence: verdict.NativeEvidence, numeric: verdict.NumericEvidence, draw: int) -> verdict.Verdict:
+def decide(native_evidence: evidence.NativeEvidence, numeric: evidence.NumericEvidence, draw: int) -> verdict.Verdict:
     return verdict.decide(judging(), judged(draw), native_evidence, numeric, [], native_ran=True)
 
 
 def test_only_finite_differences_disagree_redraw_then_ask_about_kinks() -> None:
-    numeric = verdict.NumericEvidence(D, projections=(projection(False),), native_projections=A)
+    numeric = evidence.NumericEvidence(D, projections=(projection(False),), native_projections=A)
     first = decide(native(GOT), numeric, draw=0)
     assert not first.final and [p.check for p in first.problems] == ["numeric"]
     last = decide(native(GOT), numeric, draw=MAX_DRAWS - 1)
@@ -82,14 +83,14 @@ def test_only_finite_differences_disagree_redraw_then_ask_about_kinks() -> None:
 
 
 def test_unreliable_finite_differences_and_native_agreeing_pass_with_a_note() -> None:
-    numeric = verdict.NumericEvidence(N, projections=(projection(True, conclusive=False),))
+    numeric = evidence.NumericEvidence(N, projections=(projection(True, conclusive=False),))
     last = decide(native(GOT), numeric, draw=MAX_DRAWS - 1)
     assert last.final and last.problems == [] and "native autodiff agrees" in last.notes[-1]
 
 
 def test_unreliable_finite_differences_alone_are_a_problem() -> None:
-    numeric = verdict.NumericEvidence(N, projections=(projection(True, conclusive=False),))
-    last = decide(verdict.NativeEvidence(U), numeric, draw=MAX_DRAWS - 1)
+    numeric = evidence.NumericEvidence(N, projections=(projection(True, conclusive=False),))
+    last = decide(evidence.NativeEvidence(U), numeric, draw=MAX_DRAWS - 1)
     assert [p.message.split(" at every")[0] for p in last.problems] == [
         "finite differences were unreliable for the gradient of x"
     ]
@@ -97,7 +98,7 @@ def test_unreliable_finite_differences_alone_are_a_problem() -> None:
 
 def test_both_disagree_is_judged_at_once_and_native_locates_the_projection() -> None:
     wrong = 2 * GOT
-    numeric = verdict.NumericEvidence(D, projections=(projection(False),), native_projections=A)
+    numeric = evidence.NumericEvidence(D, projections=(projection(False),), native_projections=A)
     result = decide(native(wrong), numeric, draw=0)
     assert result.final and [p.check for p in result.problems] == ["native", "numeric"]
     assert result.problems[1].worst_index == (2,)
@@ -105,8 +106,8 @@ def test_both_disagree_is_judged_at_once_and_native_locates_the_projection() -> 
 
 
 def test_native_not_differentiable_here_is_set_aside() -> None:
-    numeric = verdict.NumericEvidence(A, native_projections=D)
-    settled, _, notes = verdict.settle_native_disagreement(
+    numeric = evidence.NumericEvidence(A, native_projections=D)
+    settled, _, notes = refine.settle_native_disagreement(
         judging(), judged(0), native(2 * GOT), numeric, tolerance("float64", "numeric")
     )
     assert settled.verdict is U and "not differentiable by TensorFlow" in notes[0]

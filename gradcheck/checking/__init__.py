@@ -14,9 +14,12 @@
 3. :mod:`~gradcheck.checking.audit`: count, shapes, dtypes, variable gradients,
    whether TensorFlow called the backward function at all;
 4. unless ``--shape-only``: eager against ``tf.function``, then
-   :mod:`~gradcheck.checking.verdict`: each gradient against native autodiff and
-   finite differences, redrawing where only finite differences disagree;
-   with ``--order 2`` the same for the gradient of the gradient;
+   :mod:`~gradcheck.checking.draw_loop`: each gradient against native autodiff
+   and finite differences (:mod:`~gradcheck.checking.evidence`, refined by
+   :mod:`~gradcheck.checking.refine`, decided by
+   :mod:`~gradcheck.checking.verdict`), redrawing where only finite
+   differences disagree; with ``--order 2`` the same for the gradient of the
+   gradient;
 5. :mod:`~gradcheck.checking.diagnose`: name the likely bug where the pattern is
    recognisable;
 6. put the user's variables back as they were.
@@ -35,7 +38,8 @@ from typing import Any
 import numpy as np
 
 from gradcheck import _tf, state, tracebacks
-from gradcheck.checking import audit, diagnose, reaching, verdict
+from gradcheck.checking import audit, diagnose, draw_loop, reaching
+from gradcheck.checking.evidence import Judging
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
 from gradcheck.checking.prepare import (
     Built,
@@ -79,7 +83,7 @@ class _Findings:
     harness: Harness | None = None
     reference_harness: Harness | None = None
     domain: list[str] = field(default_factory=list)
-    """Why the failure may be the draws' fault (see :attr:`verdict.Verdict.domain`)."""
+    """Why the failure may be the draws' fault (see :attr:`~gradcheck.checking.verdict.Verdict.domain`)."""
     redrawn_because: tuple[str, ...] = ()
     """The domain problems of the earlier tries: each narrows the guessed draws one step."""
     numeric_only: bool = False
@@ -292,7 +296,7 @@ def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str
     if empty is not None:
         findings.skip_reason = empty
         return "skipped"
-    findings.note(*verdict.complex_notes(harness.output_labels))
+    findings.note(*draw_loop.complex_notes(harness.output_labels))
     harness.native_ahead(*draws(0))
     return _Prepared(built, plan, harness, draws, None if redrawn else outputs)
 
@@ -444,21 +448,21 @@ def _compare_values(
         numeric_only_table=table_key(request) if findings.numeric_only else None,
     )
     describe = lambda error: describe_exception(error, _path(request))  # noqa: E731
-    judgement = verdict.value_checks(judging, prepared.harness, wide, prepared.draws, working[0], skip, describe)
+    judgement = draw_loop.value_checks(judging, prepared.harness, wide, prepared.draws, working[0], skip, describe)
     if len(working) == 2:  # the tf.function gradient is the eager one except where `differing` says
-        judgement = verdict.seen_in_every_execution(judgement, {p.input for p in differing})
+        judgement = draw_loop.seen_in_every_execution(judgement, {p.input for p in differing})
     _record(judgement, rerun, findings)
     if settings.order == 2 and not findings.problems:
-        second = verdict.second_order_checks(judging, prepared.harness, wide, prepared.draws, skip, describe)
+        second = draw_loop.second_order_checks(judging, prepared.harness, wide, prepared.draws, skip, describe)
         _record(second, rerun, findings)
         if not second.problems:
             findings.notes.append("second order: the gradient of the custom gradient agrees with the references")
 
 
-def _judging(request: CheckRequest, prepared: _Prepared, wide: Harness) -> verdict.Judging:
+def _judging(request: CheckRequest, prepared: _Prepared, wide: Harness) -> Judging:
     """What judging needs that does not change from one gradient to the next."""
     output_size = sum(int(np.prod(spec.shape, dtype=np.int64)) for spec in prepared.harness.output_specs or [])
-    return verdict.Judging(
+    return Judging(
         settings=request.settings,
         subject_name=request.subject.name,
         wide=wide is not prepared.harness,
@@ -468,12 +472,12 @@ def _judging(request: CheckRequest, prepared: _Prepared, wide: Harness) -> verdi
     )
 
 
-def _record(judgement: verdict.Judgement, rerun: diagnose.Rerun, findings: _Findings) -> None:
+def _record(judgement: draw_loop.Judgement, rerun: diagnose.Rerun, findings: _Findings) -> None:
     if judgement.verdicts:
         findings.problems.extend(diagnose.with_hints(judgement.problems, judgement.verdicts, rerun))
     else:
         findings.problems.extend(judgement.problems)
-    findings.notes.extend(verdict.redraw_notes(judgement, failed=bool(findings.problems)))
+    findings.notes.extend(draw_loop.redraw_notes(judgement, failed=bool(findings.problems)))
     findings.note(*judgement.verdict_notes)
     findings.domain.extend(judgement.domain)
 
