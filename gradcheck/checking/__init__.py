@@ -13,9 +13,10 @@
    instrumented backward function;
 3. :mod:`~gradcheck.checking.audit`: count, shapes, dtypes, variable gradients,
    whether TensorFlow called the backward function at all;
-4. unless ``--shape-only``: eager against ``tf.function``, then
-   :mod:`~gradcheck.checking.draw_loop`: each gradient against native autodiff
-   and finite differences (:mod:`~gradcheck.checking.evidence`, refined by
+4. unless ``--shape-only``, :mod:`~gradcheck.checking.values`: eager
+   against ``tf.function``, then :mod:`~gradcheck.checking.draw_loop`: each
+   gradient against native autodiff and finite differences
+   (:mod:`~gradcheck.checking.evidence`, refined by
    :mod:`~gradcheck.checking.refine`, decided by
    :mod:`~gradcheck.checking.verdict`), redrawing where only finite
    differences disagree; with ``--order 2`` the same for the gradient of the
@@ -31,18 +32,17 @@ import contextlib
 import math
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gradcheck import _tf, state, tracebacks
-from gradcheck.checking import audit, diagnose, draw_loop, reaching
-from gradcheck.checking.evidence import Judging
+from gradcheck.checking import audit, draw_loop, reaching
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
+from gradcheck.checking.findings import Findings, Prepared
 from gradcheck.checking.prepare import (
-    Built,
     Draws,
     InputTooLarge,
     NeedsConfig,
@@ -55,10 +55,10 @@ from gradcheck.checking.prepare import (
     keyword_convention,
     probe,
     redraw_layer_weights,
-    reference_harness,
     table_key,
 )
 from gradcheck.checking.request import CheckRequest
+from gradcheck.checking.values import compare_values, values_comparable
 from gradcheck.discovery import import_root
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, subject_rng
@@ -69,49 +69,12 @@ from gradcheck.targets import ReachingTarget, WrapperTarget
 __all__ = ["CheckRequest", "ShapeGuess", "check_subject", "guess_shapes", "input_records"]
 
 
-@dataclass
-class _Findings:
-    """What one check has found so far: the one mutable record, filled in by the checklist's steps."""
-
-    dtype: str
-    notes: list[str] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
-    skip_reason: str | None = None
-    backward_line: int | None = None
-    inner: tuple[dict[str, object], ...] = ()
-    plan: CallPlan | None = None
-    harness: Harness | None = None
-    reference_harness: Harness | None = None
-    domain: list[str] = field(default_factory=list)
-    """Why the failure may be the draws' fault (see :attr:`~gradcheck.checking.verdict.Verdict.domain`)."""
-    redrawn_because: tuple[str, ...] = ()
-    """The domain problems of the earlier tries: each narrows the guessed draws one step."""
-    numeric_only: bool = False
-    """The subject reaches no custom gradient: TensorFlow's own gradient is checked against finite differences."""
-
-    def note(self, *notes: str) -> None:
-        """Add each note not given yet (several gradients can give the same note)."""
-        self.notes.extend(n for n in notes if n not in self.notes)
-
-
 @dataclass(frozen=True)
 class _Retry:
     """Run the check again: in float32, or with some constants passed by keyword."""
 
     dtype: str
     keywords: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """A planned call, with the harness that runs it and its draws."""
-
-    built: Built
-    plan: CallPlan
-    harness: Harness
-    draws: Draws
-    outputs: list[np.ndarray] | None
-    """The forward outputs at draw 0, from the first forward pass; None where a layer's weights were redrawn since."""
 
 
 def _path(request: CheckRequest) -> str | None:
@@ -121,7 +84,7 @@ def _path(request: CheckRequest) -> str | None:
 # -- the checklist ---------------------------------------------------------------
 
 
-def _run(request: CheckRequest, findings: _Findings) -> str:
+def _run(request: CheckRequest, findings: Findings) -> str:
     """Check the subject, again with narrower draws where the draws, not the gradient, look at fault.
 
     Inputs drawn by default (guessed, or configured by shape alone) may
@@ -135,10 +98,10 @@ def _run(request: CheckRequest, findings: _Findings) -> str:
     status = _checked(request, findings)
     tried = findings
     while status == "failed" and tried.domain and tried.plan is not None and tried.plan.narrowed() is not None:
-        trial = _Findings(dtype=request.settings.dtype, redrawn_because=(*tried.redrawn_because, tried.domain[0]))
+        trial = Findings(dtype=request.settings.dtype, redrawn_because=(*tried.redrawn_because, tried.domain[0]))
         trial_status = _checked(request, trial)
         if trial_status in ("passed", "failed") and not trial.domain:
-            for name in (f.name for f in fields(_Findings)):
+            for name in (f.name for f in fields(Findings)):
                 setattr(findings, name, getattr(trial, name))
             return trial_status
         if trial_status != "failed" or trial.plan is None:
@@ -147,7 +110,7 @@ def _run(request: CheckRequest, findings: _Findings) -> str:
     return status
 
 
-def _checked(request: CheckRequest, findings: _Findings) -> str:
+def _checked(request: CheckRequest, findings: Findings) -> str:
     """Check the subject once; return its status. Variables are restored whatever happens.
 
     A straight loop over attempts: float64 first (unless the dtype is set),
@@ -179,10 +142,10 @@ def _checked(request: CheckRequest, findings: _Findings) -> str:
                 harness.restore()
 
 
-def _attempt(request: CheckRequest, findings: _Findings, keywords: frozenset[str]) -> str | _Retry:
+def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]) -> str | _Retry:
     """One try at the whole check in ``findings.dtype``."""
     prepared = _prepare(request, findings, keywords)
-    if not isinstance(prepared, _Prepared):
+    if not isinstance(prepared, Prepared):
         return prepared
     values, upstreams = prepared.draws(0)
     outputs = prepared.outputs if prepared.outputs is not None else prepared.harness.outputs(values)
@@ -210,13 +173,13 @@ def _attempt(request: CheckRequest, findings: _Findings, keywords: frozenset[str
     audited = _audit(request, prepared, outcomes, findings)
     if any(p.check == "exception" for p in findings.problems):
         return "error"
-    if _values_comparable(request, prepared, findings):
-        _compare_values(request, prepared, outcomes, audited.not_tensors, findings)
+    if values_comparable(request, prepared, findings):
+        compare_values(request, prepared, outcomes, audited.not_tensors, findings)
     return "failed" if findings.problems else "passed"
 
 
 def _reached(
-    request: CheckRequest, outcomes: Mapping[str, Outcome], findings: _Findings
+    request: CheckRequest, outcomes: Mapping[str, Outcome], findings: Findings
 ) -> tuple[CheckRequest, str | None]:
     """A subject checked through the custom gradients it reaches: skip it, or say what it reached."""
     seen = reaching.reached(request.subject, outcomes, table_key(request), request.settings.reference)
@@ -233,7 +196,7 @@ def _reached(
 
 
 def _as_written(
-    prepared: _Prepared, values: dict[str, Any], upstreams: list[np.ndarray], executions: tuple[str, ...]
+    prepared: Prepared, values: dict[str, Any], upstreams: list[np.ndarray], executions: tuple[str, ...]
 ) -> dict[str, Outcome]:
     """TensorFlow's gradient of a subject that reaches no custom gradient, its code run as written.
 
@@ -249,7 +212,7 @@ def _as_written(
     return {e: prepared.harness.custom(values, upstreams, e) for e in executions}
 
 
-def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str]) -> _Prepared | str | _Retry:
+def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]) -> Prepared | str | _Retry:
     """Build, plan (probing where shapes are open), run the first forward pass and make draw 0."""
     dtype = findings.dtype
     built = build(request, dtype)
@@ -298,7 +261,7 @@ def _prepare(request: CheckRequest, findings: _Findings, keywords: frozenset[str
         return "skipped"
     findings.note(*draw_loop.complex_notes(harness.output_labels))
     harness.native_ahead(*draws(0))
-    return _Prepared(built, plan, harness, draws, None if redrawn else outputs)
+    return Prepared(built, plan, harness, draws, None if redrawn else outputs)
 
 
 def _nothing_to_compare(plan: CallPlan, values: Mapping[str, Any], outputs: list[np.ndarray]) -> str | None:
@@ -317,7 +280,7 @@ def _nothing_to_compare(plan: CallPlan, values: Mapping[str, Any], outputs: list
     return None
 
 
-def _narrowed(plan: CallPlan, findings: _Findings) -> CallPlan:
+def _narrowed(plan: CallPlan, findings: Findings) -> CallPlan:
     """The plan with its default draws narrowed once per earlier try, and a note saying why."""
     reasons = []
     narrowed = None
@@ -336,7 +299,7 @@ def _narrowed(plan: CallPlan, findings: _Findings) -> CallPlan:
     return plan
 
 
-def _float32(request: CheckRequest, findings: _Findings, error: BaseException) -> str | _Retry:
+def _float32(request: CheckRequest, findings: Findings, error: BaseException) -> str | _Retry:
     """Float64 inputs met float32 code: rerun in float32, unless the user chose the dtype."""
     if request.dtype_given:
         problem = exception_problem(f"forward pass raised with {findings.dtype} inputs", error, _path(request))
@@ -370,7 +333,7 @@ def _backward_line(outcomes: Mapping[str, Outcome]) -> int | None:
 
 
 def _audit(
-    request: CheckRequest, prepared: _Prepared, outcomes: Mapping[str, Outcome], findings: _Findings
+    request: CheckRequest, prepared: Prepared, outcomes: Mapping[str, Outcome], findings: Findings
 ) -> audit.Audit:
     """Audit every execution mode's backward functions; merge their problems into the findings."""
     audited = audit.Audited(
@@ -389,100 +352,7 @@ def _audit(
     return audit.Audit([], frozenset().union(*(a.not_tensors for a in audits.values())))
 
 
-def _values_comparable(request: CheckRequest, prepared: _Prepared, findings: _Findings) -> bool:
-    """Whether gradient values can and should be compared (and a note where not)."""
-    settings = request.settings
-    if not prepared.harness.sources:
-        findings.notes.append("no float inputs or variables: only the count of returned gradients was checked")
-    elif settings.shape_only:
-        pass
-    elif settings.reference == "none":
-        findings.notes.append('reference = "none": count, shapes and dtypes audited, values not compared')
-    elif any(p.check == "count" and p.input is None for p in findings.problems):
-        findings.notes.append("values not compared: the gradients cannot be matched to the inputs")
-    else:
-        return True
-    return False
-
-
-def _compare_values(
-    request: CheckRequest,
-    prepared: _Prepared,
-    outcomes: Mapping[str, Outcome],
-    not_tensors: frozenset[str],
-    findings: _Findings,
-) -> None:
-    """Eager against tf.function, then each gradient against the references, then the second order."""
-    working = [o for o in outcomes.values() if o.ok]
-    if not working:
-        return
-    settings = request.settings
-    differing: list[Problem] = []
-    if len(working) == 2:
-        sources = prepared.harness.sources
-        differing = audit.compare_executions(sources, working[0], working[1], settings.rtol, settings.atol)
-        findings.problems.extend(differing)
-    skip = {p.input for p in findings.problems if p.check in ("shape", "variables", "count") and p.input}
-    skip |= not_tensors
-    values, upstreams = prepared.draws(0)
-    wide, note = reference_harness(
-        request.subject.kind,
-        findings.dtype,
-        prepared.built,
-        prepared.plan,
-        prepared.harness,
-        values,
-        settings.compares_native,
-    )
-    findings.reference_harness = wide
-    if note:
-        findings.notes.append(note)
-    judging = _judging(request, prepared, wide)
-    rerun = diagnose.Rerun(
-        prepared.harness,
-        wide,
-        prepared.plan,
-        values,
-        upstreams,
-        subject_name=request.subject.name,
-        numeric_only_table=table_key(request) if findings.numeric_only else None,
-    )
-    describe = lambda error: describe_exception(error, _path(request))  # noqa: E731
-    judgement = draw_loop.value_checks(judging, prepared.harness, wide, prepared.draws, working[0], skip, describe)
-    if len(working) == 2:  # the tf.function gradient is the eager one except where `differing` says
-        judgement = draw_loop.seen_in_every_execution(judgement, {p.input for p in differing})
-    _record(judgement, rerun, findings)
-    if settings.order == 2 and not findings.problems:
-        second = draw_loop.second_order_checks(judging, prepared.harness, wide, prepared.draws, skip, describe)
-        _record(second, rerun, findings)
-        if not second.problems:
-            findings.notes.append("second order: the gradient of the custom gradient agrees with the references")
-
-
-def _judging(request: CheckRequest, prepared: _Prepared, wide: Harness) -> Judging:
-    """What judging needs that does not change from one gradient to the next."""
-    output_size = sum(int(np.prod(spec.shape, dtype=np.int64)) for spec in prepared.harness.output_specs or [])
-    return Judging(
-        settings=request.settings,
-        subject_name=request.subject.name,
-        wide=wide is not prepared.harness,
-        output_size=output_size,
-        batching=wide.batching,  # the live mapping: the harness learns each strategy as it first perturbs
-        output_dtypes=tuple(spec.dtype for spec in wide.output_specs or []),
-    )
-
-
-def _record(judgement: draw_loop.Judgement, rerun: diagnose.Rerun, findings: _Findings) -> None:
-    if judgement.verdicts:
-        findings.problems.extend(diagnose.with_hints(judgement.problems, judgement.verdicts, rerun))
-    else:
-        findings.problems.extend(judgement.problems)
-    findings.notes.extend(draw_loop.redraw_notes(judgement, failed=bool(findings.problems)))
-    findings.note(*judgement.verdict_notes)
-    findings.domain.extend(judgement.domain)
-
-
-def _fed_dtype(findings: _Findings) -> str:
+def _fed_dtype(findings: Findings) -> str:
     """The dtype the float inputs were fed in (an input signature or the config can fix it)."""
     if findings.plan is not None:
         dtypes = {a.spec.dtype for a in findings.plan.differentiable if a.spec is not None}
@@ -561,7 +431,7 @@ def _checking(request: CheckRequest) -> Iterator[None]:
 def check_subject(request: CheckRequest) -> Result:
     """Check one function or layer; the user's exceptions become ``error`` results, never escape."""
     start = time.perf_counter()
-    findings = _Findings(dtype=request.settings.dtype)
+    findings = Findings(dtype=request.settings.dtype)
     subject = request.subject
     with _checking(request):
         try:

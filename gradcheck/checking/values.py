@@ -1,0 +1,113 @@
+"""The checklist's value step: eager against ``tf.function``, then each gradient against the references
+through the draw loop (:mod:`~gradcheck.checking.draw_loop`), then the second order; what they find
+goes into the check's findings, with hints for the failing inputs (:mod:`~gradcheck.checking.diagnose`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from gradcheck.checking import audit, diagnose, draw_loop
+from gradcheck.checking.evidence import Judging
+from gradcheck.checking.exceptions import describe_exception
+from gradcheck.checking.findings import Findings, Prepared
+from gradcheck.checking.prepare import reference_harness, table_key
+from gradcheck.checking.request import CheckRequest
+from gradcheck.harness import Harness
+from gradcheck.instrument import Outcome
+from gradcheck.results import Problem
+
+
+def values_comparable(request: CheckRequest, prepared: Prepared, findings: Findings) -> bool:
+    """Whether gradient values can and should be compared (and a note where not)."""
+    settings = request.settings
+    if not prepared.harness.sources:
+        findings.notes.append("no float inputs or variables: only the count of returned gradients was checked")
+    elif settings.shape_only:
+        pass
+    elif settings.reference == "none":
+        findings.notes.append('reference = "none": count, shapes and dtypes audited, values not compared')
+    elif any(p.check == "count" and p.input is None for p in findings.problems):
+        findings.notes.append("values not compared: the gradients cannot be matched to the inputs")
+    else:
+        return True
+    return False
+
+
+def compare_values(
+    request: CheckRequest,
+    prepared: Prepared,
+    outcomes: Mapping[str, Outcome],
+    not_tensors: frozenset[str],
+    findings: Findings,
+) -> None:
+    """Eager against tf.function, then each gradient against the references, then the second order."""
+    working = [o for o in outcomes.values() if o.ok]
+    if not working:
+        return
+    settings = request.settings
+    differing: list[Problem] = []
+    if len(working) == 2:
+        sources = prepared.harness.sources
+        differing = audit.compare_executions(sources, working[0], working[1], settings.rtol, settings.atol)
+        findings.problems.extend(differing)
+    skip = {p.input for p in findings.problems if p.check in ("shape", "variables", "count") and p.input}
+    skip |= not_tensors
+    values, upstreams = prepared.draws(0)
+    wide, note = reference_harness(
+        request.subject.kind,
+        findings.dtype,
+        prepared.built,
+        prepared.plan,
+        prepared.harness,
+        values,
+        settings.compares_native,
+    )
+    findings.reference_harness = wide
+    if note:
+        findings.notes.append(note)
+    judging = _judging(request, prepared, wide)
+    rerun = diagnose.Rerun(
+        prepared.harness,
+        wide,
+        prepared.plan,
+        values,
+        upstreams,
+        subject_name=request.subject.name,
+        numeric_only_table=table_key(request) if findings.numeric_only else None,
+    )
+    describe = lambda error: describe_exception(error, request.subject.path)  # noqa: E731
+    judgement = draw_loop.value_checks(judging, prepared.harness, wide, prepared.draws, working[0], skip, describe)
+    if len(working) == 2:  # the tf.function gradient is the eager one except where `differing` says
+        judgement = draw_loop.seen_in_every_execution(judgement, {p.input for p in differing})
+    _record(judgement, rerun, findings)
+    if settings.order == 2 and not findings.problems:
+        second = draw_loop.second_order_checks(judging, prepared.harness, wide, prepared.draws, skip, describe)
+        _record(second, rerun, findings)
+        if not second.problems:
+            findings.notes.append("second order: the gradient of the custom gradient agrees with the references")
+
+
+def _judging(request: CheckRequest, prepared: Prepared, wide: Harness) -> Judging:
+    """What judging needs that does not change from one gradient to the next."""
+    output_size = sum(int(np.prod(spec.shape, dtype=np.int64)) for spec in prepared.harness.output_specs or [])
+    return Judging(
+        settings=request.settings,
+        subject_name=request.subject.name,
+        wide=wide is not prepared.harness,
+        output_size=output_size,
+        batching=wide.batching,  # the live mapping: the harness learns each strategy as it first perturbs
+        output_dtypes=tuple(spec.dtype for spec in wide.output_specs or []),
+    )
+
+
+def _record(judgement: draw_loop.Judgement, rerun: diagnose.Rerun, findings: Findings) -> None:
+    if judgement.verdicts:
+        findings.problems.extend(diagnose.with_hints(judgement.problems, judgement.verdicts, rerun))
+    else:
+        findings.problems.extend(judgement.problems)
+    findings.notes.extend(draw_loop.redraw_notes(judgement, failed=bool(findings.problems)))
+    findings.note(*judgement.verdict_notes)
+    findings.domain.extend(judgement.domain)
