@@ -111,3 +111,10 @@ def test_native_not_differentiable_here_is_set_aside() -> None:
         judging(), judged(0), native(2 * GOT), numeric, tolerance("float64", "numeric")
     )
     assert settled.verdict is U and "not differentiable by TensorFlow" in notes[0]
+
+
+def test_a_quick_stage_may_stand_only_where_agreement_settles_the_gradient() -> None:
+    # Native autodiff disagreeing is a problem, or is settled from the careful stage's projections.
+    assert verdict.agreement_settles(judging(), judged(0), native(GOT), native_ran=True)
+    assert verdict.agreement_settles(judging(), judged(0), evidence.NativeEvidence(U), native_ran=False)
+    assert not verdict.agreement_settles(judging(), judged(0), native(2 * GOT), native_ran=True)

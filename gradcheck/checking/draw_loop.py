@@ -18,7 +18,7 @@ import numpy as np
 
 from gradcheck.checking.evidence import Judged, Judging, custom_gradient
 from gradcheck.checking.refine import FirstLook, first_look, gather_evidence
-from gradcheck.checking.verdict import MAX_DRAWS, Verdict, decide, non_finite_verdict
+from gradcheck.checking.verdict import MAX_DRAWS, Verdict, decide, non_finite_verdict, uncomputed_second_order
 from gradcheck.finite_differences import BatchedLoss, one_at_a_time
 from gradcheck.harness import Harness, Source
 from gradcheck.inputs import subject_rng
@@ -103,6 +103,11 @@ class Judgement:
     """Sources whose finite differences disagreed at the first draw only, and which have no problem."""
     domain: tuple[str, ...] = ()
     """Why the failures may be the draws' fault rather than the gradients' (see :attr:`Verdict.domain`)."""
+
+    @property
+    def agrees(self) -> bool:
+        """Every gradient judged has a final verdict that reports nothing, and nothing else was reported."""
+        return not self.problems and all(v.final for v in self.verdicts.values())
 
 
 #: One draw's verdicts on the sources still pending (``draw``, ``pending``); None where the custom
@@ -219,18 +224,7 @@ def second_order_checks(
         weights = {s.name: rng.standard_normal(size=s.shape) for s in sources}
         custom = harness.second_order(values, upstreams, weights, "custom")
         if not custom.ok:
-            failed.append(
-                Problem(
-                    "numeric",
-                    None,
-                    "second order: the gradient of the custom gradient could not be computed: "
-                    + describe(custom.error),  # type: ignore[arg-type]
-                    execution="eager",
-                    hint="the backward function must be built from differentiable TensorFlow ops "
-                    "(or carry a @tf.custom_gradient of its own)",
-                    order=2,
-                )
-            )
+            failed.append(uncomputed_second_order(describe(custom.error)))  # type: ignore[arg-type]
             return None
         native = None
         if judging.settings.compares_native:

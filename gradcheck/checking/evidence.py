@@ -380,9 +380,15 @@ def projected_evidence(
 
 
 def numeric_evidence(
-    judging: Judging, judged: Judged, native: NativeEvidence, tol: Tolerance, confirmed: bool = False
+    judging: Judging, judged: Judged, native: NativeEvidence, tol: Tolerance, quick: bool, confirmed: bool
 ) -> tuple[NumericEvidence, tuple[str, ...]]:
-    """Finite differences, whole (full mode, Jacobian permitting) or projected; and a note where full mode fell back."""
+    """Finite differences, whole (full mode, Jacobian permitting) or projected; and a note where full mode fell back.
+
+    ``quick``: the quick stage's agreement may stand for the careful
+    stage's, where agreement would settle the gradient (the decision says,
+    :func:`~gradcheck.checking.verdict.agreement_settles`); ``confirmed``:
+    fast mode's first look has already shown that agreement.
+    """
     settings, source = judging.settings, judged.source
     full = settings.mode == "full"
     notes: tuple[str, ...] = ()
@@ -399,8 +405,6 @@ def numeric_evidence(
         return full_evidence(judging, judged, tol), notes
     if confirmed:
         return NumericEvidence(Evidence.AGREES), notes
-    # Native disagreement is settled from the careful stage's projections: no quick look then.
-    quick = native.verdict is not Evidence.DISAGREES
     return projected_evidence(judging, judged, native.gradient, tol, quick=quick), notes
 
 

@@ -34,6 +34,7 @@ from gradcheck.checking.evidence import (
     plainly_agrees,
     random_directions,
 )
+from gradcheck.checking.verdict import agreement_settles
 from gradcheck.compare import Tolerance, compare_elementwise, tolerance
 from gradcheck.finite_differences import BatchedLoss, joint_central_differences
 from gradcheck.harness import Source
@@ -143,8 +144,10 @@ def gather_evidence(
     tol_numeric = tolerance(judging.tolerance_dtype(source), "numeric", settings.rtol, settings.atol)
     known = look.natives.get(source.name) if look is not None else None
     native = known if known is not None else native_evidence(judged, native_outcome, tol_native)
-    confirmed = look is not None and look.agrees
-    numeric, fallback = numeric_evidence(judging, judged, native, tol_numeric, confirmed)
+    # A quick stage's agreement stands only where the decision says agreement settles the gradient.
+    quick = agreement_settles(judging, judged, native, native_ran=native_outcome is not None)
+    confirmed = quick and look is not None and look.agrees
+    numeric, fallback = numeric_evidence(judging, judged, native, tol_numeric, quick, confirmed)
     notes = [*native.notes, *fallback, *numeric.notes]
     numeric = replace(numeric, notes=())
     refined: tuple[str, ...] = ()

@@ -86,7 +86,7 @@ def compare_values(
     if settings.order == 2 and not findings.problems:
         second = draw_loop.second_order_checks(judging, prepared.harness, wide, prepared.draws, skip, describe)
         _record(second, rerun, findings)
-        if not second.problems:
+        if second.agrees:
             findings.notes.append("second order: the gradient of the custom gradient agrees with the references")
 
 

@@ -1,10 +1,13 @@
-"""The decision: what one gradient's evidence shows, by the :data:`RECONCILE` table, and the problems it reports.
+"""The decision on one gradient's evidence, made in one place, and the problems it reports.
 
-:data:`RECONCILE` decides, as a table, whether to report, redraw (a kink
-inside the finite-difference step fools only finite differences), or settle
-for the evidence there is; :func:`decide` applies it to one gradient at one
-draw and writes the problems (element-wise, along a direction, unreliable,
-non-finite) and why the draw, not the gradient, may be at fault.
+:func:`decision` looks the evidence up in :data:`RECONCILE` (report, redraw:
+a kink inside the finite-difference step fools only finite differences, or
+settle for the evidence there is) and says what that reports; :func:`decide`
+writes it out for one gradient at one draw, with why the draw, not the
+gradient, may be at fault. A quick stage asks the same decision where its
+agreement may stand for the careful stage (:func:`agreement_settles`). A
+non-finite custom gradient, and a second order that cannot be computed, are
+reported from here too.
 """
 
 from __future__ import annotations
@@ -150,6 +153,19 @@ def _unreliable_problem(judged: Judged) -> Problem:
     )
 
 
+def uncomputed_second_order(description: str) -> Problem:
+    """The gradient of the custom gradient could not be computed (``description``: why): nothing to judge."""
+    return Problem(
+        "numeric",
+        None,
+        "second order: the gradient of the custom gradient could not be computed: " + description,
+        execution="eager",
+        hint="the backward function must be built from differentiable TensorFlow ops "
+        "(or carry a @tf.custom_gradient of its own)",
+        order=2,
+    )
+
+
 _KINK_HINT = (
     "the custom gradient agrees with native autodiff but not with finite differences at any draw: is the "
     "forward pass differentiable (kinks, stop_gradient, rounding)?"
@@ -157,6 +173,8 @@ _KINK_HINT = (
 
 
 def non_finite_verdict(judged: Judged, notes: list[str], native: Outcome | None) -> Verdict:
+    """A custom gradient with NaN or Inf is a problem whatever the references say (the draw's fault, maybe,
+    where native autodiff is NaN or Inf there too)."""
     got = judged.got
     bad = np.argwhere(~np.isfinite(got))
     index = tuple(int(i) for i in bad[0]) if got.ndim else ()
@@ -208,6 +226,55 @@ def _unreliable_where_native_differs(native: NativeEvidence, numeric: NumericEvi
     return bool(numeric.error[index] > UNRELIABLE * (size[index] + NOISE_FLOOR * magnitude))
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What the evidence on one gradient at one draw shows, before any problem is written (:func:`decision`)."""
+
+    reconciled: Reconciled
+    """What :data:`RECONCILE` says to do with the evidence."""
+    reports: tuple[str, ...]
+    """The problems it reports, in order: ``native`` and ``numeric`` (that reference disagrees),
+    ``unreliable`` (finite differences unreliable at every draw, no other reference usable),
+    ``no native`` (native autodiff, the only reference asked for, gives no finite gradient)."""
+
+    @property
+    def settles(self) -> bool:
+        """A final verdict that reports nothing: the gradient passes."""
+        return self.reconciled is not Reconciled.REDRAW and not self.reports
+
+
+def last_draw(judged: Judged) -> bool:
+    """Whether ``judged`` is at the last of the :data:`MAX_DRAWS` draws, where nothing is redrawn."""
+    return judged.draw + 1 >= MAX_DRAWS
+
+
+def decision(judging: Judging, native: NativeEvidence, numeric: Evidence, last: bool, native_ran: bool) -> Decision:
+    """The one decision on a gradient's evidence: what to do (:func:`reconcile`) and what that reports.
+
+    :func:`decide` writes out what it reports; a quick stage asks it, through
+    :func:`agreement_settles`, where its agreement may stand.
+    """
+    reconciled = reconcile(native.verdict, numeric, last_draw=last)
+    reports = [name for name, seen in (("native", native.verdict), ("numeric", numeric)) if seen is Evidence.DISAGREES]
+    if reconciled is Reconciled.UNRELIABLE:
+        reports.append("unreliable")
+    judged_now = reconciled not in (Reconciled.REDRAW, Reconciled.NATIVE_VOUCHES)
+    if judged_now and judging.settings.reference == "native" and native.gradient is None and native_ran:
+        reports.append("no native")
+    return Decision(reconciled, tuple(reports))
+
+
+def agreement_settles(judging: Judging, judged: Judged, native: NativeEvidence, native_ran: bool) -> bool:
+    """Whether finite differences agreeing with the custom gradient would settle it, given ``native``.
+
+    Only there may a quick stage's agreement (fast mode's first look, the
+    quick stage at ``±h``) stand for the careful stage's projections: where
+    native autodiff disagrees, settling it needs the careful stage's
+    projections of native autodiff's gradient too.
+    """
+    return decision(judging, native, Evidence.AGREES, last_draw(judged), native_ran).settles
+
+
 def decide(
     judging: Judging,
     judged: Judged,
@@ -216,52 +283,63 @@ def decide(
     notes: list[str],
     native_ran: bool,
 ) -> Verdict:
-    """The problems the evidence shows, and what :func:`reconcile` makes of them."""
-    problems: list[Problem] = []
-    expected = None
-    if native.verdict is Evidence.DISAGREES:
-        problems.append(native_problem(judged, native))
-        expected = native.gradient
-    if numeric.verdict is Evidence.DISAGREES:
-        native_located = numeric.native_projections is Evidence.AGREES
-        problems.append(numeric_problem(judged, numeric, native.gradient if native_located else None))
-        if numeric.gradient is not None:
-            expected = numeric.gradient
-        elif native_located:
-            expected = native.gradient
-    decision = reconcile(native.verdict, numeric.verdict, last_draw=judged.draw + 1 >= MAX_DRAWS)
-    if decision is Reconciled.REDRAW:
+    """The verdict :func:`decision` makes of the evidence, with the problems it reports written out."""
+    made = decision(judging, native, numeric.verdict, last_draw(judged), native_ran)
+    problems = [_written(report, made, judged, native, numeric) for report in made.reports]
+    if made.reconciled is Reconciled.REDRAW:
         return Verdict(final=False, problems=problems, notes=notes)
-    if decision is Reconciled.NATIVE_VOUCHES:
+    if made.reconciled is Reconciled.NATIVE_VOUCHES:
         notes.append(
             f"finite differences were unreliable for {judged.source.name} at every draw (a kink or jump "
             "near the inputs); native autodiff agrees with the custom gradient"
         )
         return Verdict(final=True, problems=problems, notes=notes)
-    domain = None
-    if judged.draw + 1 >= MAX_DRAWS and numeric.verdict is Evidence.INCONCLUSIVE:
-        domain = (
+    expected = _expected(native, numeric)
+    domain = _domain(judged, native, numeric)
+    return Verdict(final=True, problems=problems, notes=notes, custom=judged.got, expected=expected, domain=domain)
+
+
+def _written(report: str, made: Decision, judged: Judged, native: NativeEvidence, numeric: NumericEvidence) -> Problem:
+    """The problem ``report`` of :attr:`Decision.reports`, written out."""
+    if report == "native":
+        return native_problem(judged, native)
+    if report == "numeric":
+        located = numeric.native_projections is Evidence.AGREES
+        problem = numeric_problem(judged, numeric, native.gradient if located else None)
+        return replace(problem, hint=_KINK_HINT) if made.reconciled is Reconciled.KINK else problem
+    if report == "unreliable":
+        return _unreliable_problem(judged)
+    return Problem(
+        "native",
+        judged.source.name,
+        f"native autodiff gives no finite {judged.what} to compare with",
+        execution=judged.execution,
+        hint='use reference = "numeric" or "both"',
+        order=judged.order,
+    )
+
+
+def _expected(native: NativeEvidence, numeric: NumericEvidence) -> np.ndarray | None:
+    """What the gradient should have been, where a disagreeing reference says (finite differences' word last)."""
+    expected = native.gradient if native.verdict is Evidence.DISAGREES else None
+    if numeric.verdict is Evidence.DISAGREES:
+        if numeric.gradient is not None:
+            expected = numeric.gradient
+        elif numeric.native_projections is Evidence.AGREES:
+            expected = native.gradient
+    return expected
+
+
+def _domain(judged: Judged, native: NativeEvidence, numeric: NumericEvidence) -> str | None:
+    """Why the draw, not the gradient, may be at fault in a final verdict (see :attr:`Verdict.domain`)."""
+    if last_draw(judged) and numeric.verdict is Evidence.INCONCLUSIVE:
+        return (
             f"finite differences of the {judged.what} were inconclusive at every draw (the forward output "
             "does not vary smoothly there)"
         )
-    elif native.verdict is Evidence.DISAGREES and _unreliable_where_native_differs(native, numeric, judged.got):
-        domain = (
+    if native.verdict is Evidence.DISAGREES and _unreliable_where_native_differs(native, numeric, judged.got):
+        return (
             f"native autodiff differed from the {judged.what} where finite differences were unreliable "
             "(the forward output does not vary smoothly there)"
         )
-    if decision is Reconciled.UNRELIABLE:
-        problems.append(_unreliable_problem(judged))
-    if decision is Reconciled.KINK:
-        problems = [replace(p, hint=_KINK_HINT) if p.check == "numeric" else p for p in problems]
-    if judging.settings.reference == "native" and native.gradient is None and native_ran:
-        problems.append(
-            Problem(
-                "native",
-                judged.source.name,
-                f"native autodiff gives no finite {judged.what} to compare with",
-                execution=judged.execution,
-                hint='use reference = "numeric" or "both"',
-                order=judged.order,
-            )
-        )
-    return Verdict(final=True, problems=problems, notes=notes, custom=judged.got, expected=expected, domain=domain)
+    return None
