@@ -195,7 +195,7 @@ class InputRecord:
 
 @dataclass(frozen=True)
 class Result:
-    """The verdict on one custom-gradient function or layer."""
+    """What checking one custom-gradient function or layer found: its status, problems and notes."""
 
     id: str
     """``path::name``, as on the command line."""
@@ -227,7 +227,7 @@ class Result:
     """For a function or layer checked through the custom gradients it reaches as it runs: each
     inner function reached (``function``, ``backward_line``, ``backward_file``)."""
     reproduce: str | None = None
-    """The command that reproduces this verdict."""
+    """The command that reproduces this result."""
 
     @property
     def module(self) -> str:
