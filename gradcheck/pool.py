@@ -1,6 +1,6 @@
 """``-j N``: check functions on N worker processes at once, and report them as one worker would.
 
-Each worker is a :class:`gradcheck.worker._Run` of its own (the same job,
+Each worker is a :class:`gradcheck.worker.bookkeeping.WorkerRun` of its own (the same job,
 the same bounds): it imports the targets, plans the same functions, and
 checks whichever function it is handed within that function's timeout and
 the memory bound, exactly as the single worker of ``-j 1`` does. A thread
@@ -233,7 +233,7 @@ def check_parallel(
 ) -> RunReport:
     """Check every function of ``runners[0].functions`` on all ``runners`` at once; the report of ``-j 1``.
 
-    Each runner is a :class:`gradcheck.worker._Run` with ``functions`` set;
+    Each runner is a :class:`gradcheck.worker.bookkeeping.WorkerRun` with ``functions`` set;
     the first has its worker, each other one starts its own. With ``pace``
     the others start one at a time, when :meth:`Pace.worth_another` says so;
     without, all at once. The workers are stopped
