@@ -12,13 +12,16 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradcheck.errors import UsageError
 from gradcheck.results import Result, RunReport
 from gradcheck.run import check_all
 from gradcheck.worker.bookkeeping import WorkerRun
-from gradcheck.worker.messages import Job
+from gradcheck.worker.messages import Job, Planned
+
+if TYPE_CHECKING:
+    from gradcheck.pool import Pace
 
 
 def run(
@@ -47,52 +50,74 @@ def run(
     start = time.perf_counter()
     jobs = getattr(options, "jobs", 1)
     workers = pool.worker_count(jobs)
-    runner = WorkerRun(
+    first = WorkerRun(
         _job(options, verbose, 1 if jobs == "auto" else workers),
         import_timeout,
         max_memory,
         on_import,
         on_output or _write_to_stderr,
     )
-    try:
-        runner.launch()
-        planned = runner.await_plan()
-    except BaseException:
-        runner.discard_worker()
-        raise
+    planned = _first_plan(first)
     startup = time.perf_counter() - start
-    runner.functions = list(planned.functions)
-    runner.positions = {function.id: index for index, function in enumerate(runner.functions)}
+    first.functions = list(planned.functions)
+    first.positions = {function.id: index for index, function in enumerate(first.functions)}
     # Helpers are made only now that the plan says how many functions there are: never more
     # workers than functions. Each starts its own worker (TensorFlow's import, collection) when
     # its slot begins, quietly (on_import is the first one's).
-    count = min(workers, len(runner.functions))
+    count = min(workers, len(first.functions))
     helper_job = _job(options, verbose, count)
-    helpers = [WorkerRun(helper_job, import_timeout, max_memory, None, runner.sink) for _ in range(count - 1)]
+    helpers = [WorkerRun(helper_job, import_timeout, max_memory, None, first.sink) for _ in range(count - 1)]
     for helper in helpers:
-        helper.functions = runner.functions
+        helper.functions = first.functions
     pace = pool.Pace(startup) if jobs == "auto" else None
     try:
-        if helpers:
-            report = pool.check_parallel(
-                [runner, *helpers], planned, options.maxfail, start, on_start, on_result, pace=pace
-            )
-        else:
-            ids = [function.id for function in runner.functions]
-            report = check_all(ids, runner.check, planned, options.maxfail, start, on_start, on_result)
+        report = _check([first, *helpers], planned, options.maxfail, start, on_start, on_result, pace)
     except BaseException:
-        for each in (runner, *helpers):
+        for each in (first, *helpers):
             each.discard_worker()
         raise
     for helper in helpers:
         helper.discard_worker()  # one idle worker is kept for a next run: the first one
+    return _finish(first, report)
+
+
+def _first_plan(first: WorkerRun) -> Planned:
+    """The first worker's plan; its worker is discarded if there is none (bad input, a bug, Ctrl-C)."""
+    try:
+        first.launch()
+        return first.await_plan()
+    except BaseException:
+        first.discard_worker()
+        raise
+
+
+def _check(
+    runs: list[WorkerRun],
+    planned: Planned,
+    maxfail: int | None,
+    start: float,
+    on_start: Callable[[str, int, int], None] | None,
+    on_result: Callable[[Result, int, int], None] | None,
+    pace: Pace | None,
+) -> RunReport:
+    """Check every function of the plan: on the first worker alone, or on all of ``runs`` at once."""
+    from gradcheck import pool
+
+    if len(runs) > 1:
+        return pool.check_parallel(runs, planned, maxfail, start, on_start, on_result, pace=pace)
+    ids = [function.id for function in runs[0].functions]
+    return check_all(ids, runs[0].check, planned, maxfail, start, on_start, on_result)
+
+
+def _finish(first: WorkerRun, report: RunReport) -> RunReport:
+    """Keep the first worker for a next run where the run ended cleanly, else stop it."""
     if report.interrupted:
-        runner.discard_worker()
+        first.discard_worker()
         return report
     try:
-        runner.finish_worker()
+        first.finish_worker()
     except KeyboardInterrupt:  # while the worker was put back after the last check
-        runner.discard_worker()
+        first.discard_worker()
         return replace(report, interrupted=True)
     return report
 
