@@ -183,13 +183,28 @@ class WorkerRun:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def ready(self) -> bool:
-        """Start this run's worker and collect, before any function is handed to it; False if it cannot."""
+        """Start this run's worker and collect, before any function is handed to it; False if it cannot.
+
+        A worker that has the plan already (the first one's) is ready as it is.
+        """
+        if self.worker is not None and not self.launched:
+            return True
         restarted = self.restart(self.functions)
         if isinstance(restarted, Result):
             self.discard_worker()
             return False
         self.positions = restarted
         return True
+
+    def kill(self) -> None:
+        """Kill the worker's processes now, from another thread: the check in flight ends as an ``error``.
+
+        The processes only: the thread in :meth:`check`, reading the pipes,
+        finds them dead and discards the worker.
+        """
+        worker = self.worker
+        if worker is not None:
+            worker.kill_group()
 
     def restart(self, remaining: list[PlannedFunction]) -> dict[str, int] | Result:
         """A fresh worker after one was stopped: where each remaining function is in its plan.

@@ -103,9 +103,9 @@ def _check(
     """Check every function of the plan: on the first worker alone, or on all of ``runs`` at once."""
     from gradcheck import pool
 
-    if len(runs) > 1:
-        return pool.check_parallel(runs, planned, maxfail, start, on_start, on_result, pace=pace)
     ids = [function.id for function in runs[0].functions]
+    if len(runs) > 1:
+        return pool.check_parallel(ids, runs, planned, maxfail, start, on_start, on_result, pace=pace)
     return check_all(ids, runs[0].check, planned, maxfail, start, on_start, on_result)
 
 
