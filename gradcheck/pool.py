@@ -1,13 +1,13 @@
 """``-j N``: check functions on N worker processes at once, and report them as one worker would.
 
-Each worker is a :class:`gradcheck.worker._Run` of its own (the same job,
-the same bounds): it imports the targets, plans the same functions, and
-checks whichever function it is handed within that function's timeout and
-the memory bound, exactly as the single worker of ``-j 1`` does. A thread
-per worker waits on it (the waiting is polling of pipes and ``/proc``, so
-the threads cost nothing while the workers compute); the calling thread
-alone hands out functions in plan order, hears of every start and finish,
-and passes results on in plan order.
+Each worker is driven through a :class:`gradcheck.run.Runner` of its own
+(in ``gradcheck run``, with the same job and the same bounds): it imports
+the targets, plans the same functions, and checks whichever function it is
+handed within that function's timeout and the memory bound, exactly as the
+single worker of ``-j 1`` does. A thread per worker waits on it (the
+waiting is polling of pipes and ``/proc``, so the threads cost nothing while
+the workers compute); the calling thread alone hands out functions in plan
+order, hears of every start and finish, and passes results on in plan order.
 
 So that the report is the one ``-j 1`` makes, only the results of an
 unbroken prefix of the plan count:
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradcheck.results import Result, RunReport
-from gradcheck.run import Abandoned, Plan, collection_failures, run_report
+from gradcheck.run import Abandoned, Plan, Runner, collection_failures, run_report
 
 #: How often (seconds) the calling thread wakes while it waits, so that Ctrl-C is heard at once.
 _WAKE_SECONDS = 0.1
@@ -163,20 +163,19 @@ class Pace:
 class _Slot:
     """One worker and the thread that waits on it; it takes functions from :class:`_Dispatcher`."""
 
-    def __init__(self, runner: Any, dispatcher: _Dispatcher) -> None:
+    def __init__(self, runner: Runner, dispatcher: _Dispatcher) -> None:
         self.runner = runner
         self.dispatcher = dispatcher
         self.thread = threading.Thread(target=self._work, name="gradcheck-pool-slot", daemon=True)
 
     def _work(self) -> None:
         events = self.dispatcher.events
-        if self.runner.worker is None:
-            try:
-                ready = self.runner.ready()
-            except Exception:  # this worker cannot start: the others carry on without it
-                ready = False
-            if not ready:
-                return
+        try:
+            ready = self.runner.ready()
+        except Exception:  # this worker cannot start: the others carry on without it
+            ready = False
+        if not ready:
+            return
         while True:
             index = self.dispatcher.next_index()
             if index is None:
@@ -194,10 +193,7 @@ class _Slot:
 
     def stop(self) -> None:
         """Kill the worker now (from the calling thread): its check ends as an error nobody reads."""
-        worker = self.runner.worker
-        if worker is not None:
-            # The processes only: the slot's thread, reading its pipes, finds them dead and closes them.
-            worker.kill_group()
+        self.runner.kill()
 
 
 class _Dispatcher:
@@ -223,7 +219,8 @@ class _Dispatcher:
 
 
 def check_parallel(
-    runners: Sequence[Any],
+    ids: Sequence[str],
+    runners: Sequence[Runner],
     plan: Plan,
     maxfail: int | None,
     started: float,
@@ -231,17 +228,17 @@ def check_parallel(
     on_result: Callable[[Result, int, int], None] | None = None,
     pace: Pace | None = None,
 ) -> RunReport:
-    """Check every function of ``runners[0].functions`` on all ``runners`` at once; the report of ``-j 1``.
+    """Check every function of ``ids`` (the plan's, in order) on all ``runners`` at once; the report of ``-j 1``.
 
-    Each runner is a :class:`gradcheck.worker._Run` with ``functions`` set;
-    the first has its worker, each other one starts its own. With ``pace``
-    the others start one at a time, when :meth:`Pace.worth_another` says so;
-    without, all at once. The workers are stopped
-    (killed) when the run stops early; the caller ends the ones left.
+    The first runner is ready (its worker has the plan), each other one gets
+    ready (:meth:`gradcheck.run.Runner.ready`) before it takes a function.
+    With ``pace`` the others start one at a time, when
+    :meth:`Pace.worth_another` says so; without, all at once. The workers are
+    stopped (:meth:`gradcheck.run.Runner.kill`) when the run stops early; the
+    caller ends the ones left.
     Exceptions a check raises (a bug, bad input) are raised here once every
     worker is stopped.
     """
-    ids = [function.id for function in runners[0].functions]
     dispatcher = _Dispatcher(len(ids))
     ordered = _Ordered(ids, plan, maxfail, on_result, failures=collection_failures(plan))
     slots = [_Slot(runner, dispatcher) for runner in runners]

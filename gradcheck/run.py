@@ -2,7 +2,9 @@
 
 In-process runs (:func:`gradcheck.session.run`) and worker runs
 (:func:`gradcheck.worker.run`) both go through :func:`check_all`; they
-differ only in how one function is checked, which they pass in. Nothing here
+differ only in how one function is checked, which they pass in. ``-j N``
+(:mod:`gradcheck.pool`) checks through one :class:`Runner` per worker instead, and
+reports through :func:`run_report` as :func:`check_all` does. Nothing here
 prints; progress reaches the caller through ``on_start`` and ``on_result``.
 Imports :mod:`gradcheck.results` only.
 """
@@ -24,6 +26,24 @@ class Plan(Protocol):
     fail_on: tuple[str, ...]
     module_results: tuple[Result, ...]
     collection: Collection | None
+
+
+class Runner(Protocol):
+    """One worker of a parallel run, as :mod:`gradcheck.pool` drives it from a thread of its own.
+
+    Every runner of a run checks the same plan: ``check(index)`` checks the
+    function at ``index`` of the first worker's plan. In ``gradcheck run``
+    it is a :class:`gradcheck.worker.bookkeeping.WorkerRun`.
+    """
+
+    def ready(self) -> bool:
+        """Start a worker and collect the targets, unless one has the plan already; False if it cannot."""
+
+    def check(self, index: int) -> Result:
+        """The result of the function at ``index``; raise :class:`Abandoned` where it and all after it cannot be."""
+
+    def kill(self) -> None:
+        """Stop the check in flight now, from another thread: it ends as an ``error`` nobody reads."""
 
 
 class Abandoned(Exception):

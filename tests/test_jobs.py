@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from gradcheck import pool
+from gradcheck.results import Result
 from gradcheck.settings import BY_NAME, MAX_JOBS, InvalidValue
 from tests.helpers import GOOD_AND_BAD, REPO, copy_fixture, interrupt_once_started, invoke, write, wrong_factors
 
@@ -175,6 +177,52 @@ def test_workers_share_the_cores_between_their_thread_pools() -> None:
     assert shared["TF_NUM_INTRAOP_THREADS"] == str(max(1, pool.usable_cores() // 2))
     assert shared["OMP_NUM_THREADS"] == "7"  # the user's own choice stays
     assert pool.thread_environment({}, 1) == {}  # -j 1 runs as before
+
+
+# -- the pool drives any Runner ------------------------------------------------------------
+
+
+class _Plan:
+    seed = 0
+    fail_on = ("failed",)
+    module_results: tuple[Result, ...] = ()
+    collection = None
+
+
+class _Runner:
+    """A :class:`gradcheck.run.Runner` with no worker: f0 fails once f2 started, f1 passes, f2 runs until killed."""
+
+    def __init__(self, f2_started: threading.Event) -> None:
+        self.f2_started = f2_started
+        self.killed = threading.Event()
+        self.readied = 0
+
+    def ready(self) -> bool:
+        self.readied += 1
+        return True
+
+    def check(self, index: int) -> Result:
+        if index == 0:
+            assert self.f2_started.wait(timeout=60)
+        if index == 2:
+            self.f2_started.set()
+            assert self.killed.wait(timeout=60)
+        return Result(id=f"f{index}", name=f"f{index}", kind="function", status="failed" if index == 0 else "passed")
+
+    def kill(self) -> None:
+        self.killed.set()
+
+
+def test_the_pool_needs_only_the_runner_protocol() -> None:
+    # The runner holding f0 waits, so the other checks f1 and f2: f1's result, which finished first,
+    # is dropped once f0 reaches --maxfail in plan order, and f2, still in flight, is killed.
+    f2_started = threading.Event()
+    runners = [_Runner(f2_started), _Runner(f2_started)]
+    report = pool.check_parallel(["f0", "f1", "f2"], runners, _Plan(), 1, time.perf_counter())
+    assert [result.id for result in report.results] == ["f0"]
+    assert report.not_checked == ("f1", "f2")
+    assert [runner.readied for runner in runners] == [1, 1]
+    assert sum(runner.killed.is_set() for runner in runners) >= 1
 
 
 # -- bad values ---------------------------------------------------------------------------

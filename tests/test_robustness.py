@@ -943,7 +943,7 @@ def test_a_run_after_the_directory_of_the_last_one_was_deleted(tmp_path: Path, m
         write(tmp_path / name, "ops.py", FAULTS)
         write(tmp_path / name, "gradcheck.toml", FAULTS_CONFIG)
     monkeypatch.chdir(tmp_path / "first")
-    worker._close_idle_worker()  # the worker starts here, in the directory about to go
+    worker.close_idle_worker()  # the worker starts here, in the directory about to go
     assert invoke("run", "ops.py::square").exit_code == 0
     monkeypatch.chdir(tmp_path / "second")
     shutil.rmtree(tmp_path / "first")

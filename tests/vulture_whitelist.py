@@ -9,7 +9,8 @@ removed in gradcheck fails here instead of lingering.
 
 from __future__ import annotations
 
-from gradcheck import api, cli, pytest_plugin, worker
+from gradcheck import api, cli, pytest_plugin
+from gradcheck.worker import process, server
 
 _ENTRY_POINTS = (
     # Click commands: click calls them when the user types ``gradcheck run`` / ``list`` / ``init``.
@@ -26,10 +27,10 @@ _ENTRY_POINTS = (
     pytest_plugin.GradcheckModule.collect,
     pytest_plugin.GradcheckItem.runtest,
     pytest_plugin.GradcheckItem.reportinfo,
-    # The worker process's main: the parent starts ``python -c "from gradcheck.worker import serve; serve()"``.
-    worker.serve,
+    # The worker process's main: the parent starts ``python -c "from gradcheck.worker.server import serve; serve()"``.
+    server.serve,
     # Registered with ``atexit``: Python calls it at exit, to close the idle worker kept for a next run.
-    worker._close_idle_worker,
+    process.close_idle_worker,
     # Read by ``inspect.signature`` (``help()``, editors): ``check``'s settings keywords spelt out.
     api.check.__signature__,  # type: ignore[attr-defined]
 )
