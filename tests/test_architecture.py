@@ -103,13 +103,21 @@ FOUNDATIONS = {
     "gradcheck.finite_differences": {"gradcheck.arrays"},
     "gradcheck.compare": {"gradcheck.arrays", "gradcheck.results"},
     "gradcheck.run": {"gradcheck.results"},
-    "gradcheck._tf": {"gradcheck.errors"},
 }
+
+
+#: The TensorFlow package: ``_tf`` and its rooms, which import only each other and errors.
+_TENSORFLOW = {name for name in MODULES if name == "gradcheck._tf" or name.startswith("gradcheck._tf.")}
 
 
 @pytest.mark.parametrize("name", sorted(FOUNDATIONS))
 def test_foundations_import_nothing_above_them(name: str) -> None:
     assert _graph()[name] <= FOUNDATIONS[name]
+
+
+def test_the_tensorflow_package_imports_only_itself_and_errors() -> None:
+    for name in _TENSORFLOW:
+        assert _graph()[name] <= {"gradcheck.errors"} | _TENSORFLOW, name
 
 
 def test_reporters_only_know_results_and_each_other() -> None:
@@ -139,7 +147,7 @@ def _third_party(prefix: str) -> set[str]:
 
 
 def test_tensorflow_is_imported_by_one_module() -> None:
-    assert _third_party("tensorflow") | _third_party("keras") <= {"gradcheck._tf"}
+    assert _third_party("tensorflow") | _third_party("keras") <= _TENSORFLOW
 
 
 def test_click_is_imported_by_the_command_line_only() -> None:
