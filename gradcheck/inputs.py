@@ -389,6 +389,24 @@ def tensor_argument(name: str, spec: TensorSpec, keyword: bool) -> Argument:
     return Argument(name=name, role="input" if spec.differentiable else "integer", spec=spec, keyword=keyword)
 
 
+def _unconfigured(
+    parameter: inspect.Parameter,
+    keyword: bool,
+    signature_shapes: Mapping[str, tuple[tuple[int | None, ...], str]] | None,
+    dims: Mapping[str, int],
+) -> Argument | None:
+    """A parameter the config does not name: its ``input_signature`` shape, else an input of unknown
+    shape; None for one with a default, which keeps it."""
+    name = parameter.name
+    if signature_shapes and name in signature_shapes:
+        spec = signature_spec(*signature_shapes[name], dims)
+        role = "input" if spec.differentiable else "integer"
+        return Argument(name=name, role=role, spec=spec, keyword=keyword)
+    if parameter.default is not inspect.Parameter.empty:
+        return None
+    return Argument(name=name, role="input", keyword=keyword)
+
+
 def plan_call(
     signature: inspect.Signature,
     subject: SubjectConfig | None,
@@ -424,8 +442,7 @@ def plan_call(
     unknown: list[str] = []
     pending: list[inspect.Parameter] = []  # defaulted params skipped so far
     for parameter in parameters:
-        kind = parameter.kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
+        if (kind := parameter.kind) is inspect.Parameter.VAR_POSITIONAL:
             arguments += [make(n, keyword=False) for n in list(inputs) + list(constants) if n not in names]
             continue
         if kind is inspect.Parameter.VAR_KEYWORD:
@@ -434,15 +451,13 @@ def plan_call(
         keyword = kind is inspect.Parameter.KEYWORD_ONLY
         has_default = parameter.default is not inspect.Parameter.empty
         if name not in inputs and name not in constants:
-            if signature_shapes and name in signature_shapes:
-                spec = signature_spec(*signature_shapes[name], dims)
-                role = "input" if spec.differentiable else "integer"
-                arguments.append(Argument(name=name, role=role, spec=spec, keyword=keyword))
-            elif has_default:
+            unconfigured = _unconfigured(parameter, keyword, signature_shapes, dims)
+            if unconfigured is None:
                 pending.append(parameter)
             else:
-                unknown.append(name)
-                arguments.append(Argument(name=name, role="input", keyword=keyword))
+                if unconfigured.spec is None:
+                    unknown.append(name)
+                arguments.append(unconfigured)
             continue
         if not keyword and pending:
             # A later positional argument is configured: the skipped defaults
@@ -450,8 +465,8 @@ def plan_call(
             arguments += [Argument(name=p.name, role="constant", value=p.default, has_default=True) for p in pending]
             pending = []
         arguments.append(make(name, keyword, has_default))
-    ordered = [a for a in arguments if not a.keyword] + [a for a in arguments if a.keyword]
-    return CallPlan(arguments=tuple(ordered), unknown=tuple(unknown))
+    # Positional arguments first, each group in signature order (a stable sort).
+    return CallPlan(arguments=tuple(sorted(arguments, key=lambda a: a.keyword)), unknown=tuple(unknown))
 
 
 def candidate_shapes(names: tuple[str, ...]) -> Iterator[dict[str, tuple[int, ...]]]:

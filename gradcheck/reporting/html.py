@@ -157,6 +157,19 @@ def _legend(svg: ET.Element, y: int, x: int, width: int, label: str, stops: list
     _element(group, "text", high, x=str(width), y="40", text_anchor="end")
 
 
+def _caption(problem: Problem, shape: tuple[int, ...] | None, grid: Grid, reference: str) -> str:
+    """What the three panels show, for the figure's caption and the picture's title."""
+    caption = f"{problem.input}"
+    if shape:
+        caption += f" {format_shape(shape)}"
+    caption += f": the custom gradient, {reference}, and their difference"
+    if grid.block != (1, 1):
+        caption += f"; each cell is the element that differs most in a block of {grid.block[0]}x{grid.block[1]}"
+    if problem.worst_index is not None and grid.worst is not None:
+        caption += f"; outlined: the worst element {list(problem.worst_index)}"
+    return caption
+
+
 def heat_map_figure(parent: ET.Element, problem: Problem, shape: tuple[int, ...] | None) -> None:
     """The three panels of one input: custom, reference and their difference, with legends."""
     grid = layout(problem, MAX_CELLS, MAX_CELLS)
@@ -167,14 +180,7 @@ def heat_map_figure(parent: ET.Element, problem: Problem, shape: tuple[int, ...]
     width = grid.columns * cell
     height = _TITLE + grid.rows * cell
     figure = _element(parent, "figure", class_="heatmaps", data_input=problem.input or "", data_check=problem.check)
-    caption = f"{problem.input}"
-    if shape:
-        caption += f" {format_shape(shape)}"
-    caption += f": the custom gradient, {reference}, and their difference"
-    if grid.block != (1, 1):
-        caption += f"; each cell is the element that differs most in a block of {grid.block[0]}x{grid.block[1]}"
-    if problem.worst_index is not None and grid.worst is not None:
-        caption += f"; outlined: the worst element {list(problem.worst_index)}"
+    caption = _caption(problem, shape, grid, reference)
     _element(figure, "figcaption", caption)
     magnitude = grid.largest_magnitude
     largest = grid.largest_difference
