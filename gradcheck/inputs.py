@@ -166,6 +166,7 @@ class CallPlan:
         None where nothing is left to narrow.
         """
         leaves = [leaf for leaf in self.leaves if _redrawable(leaf)]
+        spec_change: dict[str, Any]
         kinds = {leaf.spec.distribution for leaf in leaves if leaf.spec is not None}
         if "normal" in kinds:
             step, spec_change = "positive", {"distribution": "positive"}
@@ -183,7 +184,7 @@ class CallPlan:
             if not _redrawable(argument) or argument.spec is None or argument.spec.distribution != chosen:
                 return argument
             names.append(argument.name)
-            return replace(argument, spec=replace(argument.spec, **spec_change))  # type: ignore[arg-type]
+            return replace(argument, spec=replace(argument.spec, **spec_change))
 
         plan = replace(self, arguments=tuple(narrow(a) for a in self.arguments))
         return Narrowed(plan, step, tuple(names))
@@ -490,10 +491,12 @@ def draw_tensor(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
     if spec.dtype in COMPLEX_DTYPES:
         return probing.complex_values(rng, shape).astype(spec.dtype)
     if spec.distribution == "integer":
-        low = int(spec.low) if spec.low is not None else 0
-        high = int(spec.high) if spec.high is not None else 3
-        return rng.integers(low, max(high, low + 1), size=shape).astype(spec.dtype)
+        smallest = int(spec.low) if spec.low is not None else 0
+        largest = int(spec.high) if spec.high is not None else 3
+        return rng.integers(smallest, max(largest, smallest + 1), size=shape).astype(spec.dtype)
     if spec.distribution == "uniform":
+        # The config refuses a uniform distribution without both bounds (config.parse_input).
+        assert spec.low is not None and spec.high is not None
         values = rng.uniform(spec.low, spec.high, size=shape)
     elif spec.distribution == "positive":
         low = spec.low if spec.low is not None else 0.5

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,7 @@ class InvalidValue(ValueError):
     """A setting's value that its kind refuses; the message says why, without naming the key."""
 
 
-def closest(name: str, candidates: list[str] | set[str] | tuple[str, ...]) -> str:
+def closest(name: str, candidates: Collection[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest candidate, or ``''``."""
     by_lower = {candidate.lower(): candidate for candidate in sorted(candidates)}
     matches = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 from collections.abc import Iterator
@@ -49,7 +50,7 @@ def tensorflow() -> Any:
         return module
     if _VERBOSE:
         try:
-            import tensorflow as module
+            module = importlib.import_module("tensorflow")
         except ImportError as error:
             if error.name in ("tensorflow", None):
                 raise TensorFlowMissing() from error
@@ -59,7 +60,7 @@ def tensorflow() -> Any:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     try:
         with _stderr_fd_silenced():
-            import tensorflow as module
+            module = importlib.import_module("tensorflow")
     except ImportError as error:
         if error.name in ("tensorflow", None) or "tensorflow" in str(error.name):
             raise TensorFlowMissing() from error

@@ -148,7 +148,8 @@ def build(request: CheckRequest, dtype: str) -> Built:
     forward = subject.forward
     assert forward is not None
     if subject.binding == "method":
-        instance = _construct(request, subject.owner, _init_kwargs(request, dtype), "method")  # type: ignore[arg-type]
+        assert subject.owner is not None  # discovery gives a method its class
+        instance = _construct(request, subject.owner, _init_kwargs(request, dtype), "method")
         forward = forward.__get__(instance, subject.owner)
         namer = variable_namer(request, instance)
     elif subject.binding == "classmethod":
@@ -225,7 +226,8 @@ def _build_layer(request: CheckRequest, dtype: str) -> Built:
     if isinstance(subject.obj, type):
         cls = subject.obj
         kwargs = _init_kwargs(request, dtype)
-        if "dtype" not in kwargs and _accepts_keyword(cls.__init__, "dtype"):
+        initializer = getattr(cls, "__init__")  # noqa: B009 (mypy refuses cls.__init__ on a type)
+        if "dtype" not in kwargs and _accepts_keyword(initializer, "dtype"):
             kwargs["dtype"] = dtype
         layer = _construct(request, cls, kwargs, "layer")
         fresh = True

@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -200,7 +200,7 @@ class ReportPairsCommand(click.Command):
             ctx.meta[ORDER_KEY] = [_PAIRED[param.name] for param in order if param.name in _PAIRED]
             return opts, largs, order
 
-        parser.parse_args = parse_recording_order
+        cast(Any, parser).parse_args = parse_recording_order  # click types it a method; it is ours to wrap
         return parser
 
 

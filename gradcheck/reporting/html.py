@@ -65,7 +65,8 @@ def _hex(rgb: tuple[float, float, float]) -> str:
 def _blend(colour: tuple[int, int, int], amount: float) -> str:
     """White blended towards ``colour`` by ``amount`` in [0, 1]."""
     amount = min(max(amount, 0.0), 1.0)
-    return _hex(tuple(255.0 + (c - 255.0) * amount for c in colour))  # type: ignore[arg-type]
+    red, green, blue = (255.0 + (c - 255.0) * amount for c in colour)
+    return _hex((red, green, blue))
 
 
 def diverging_colour(value: float, top: float) -> str:
@@ -130,15 +131,15 @@ def _panel(
             )
             _element(rect, "title", f"{_cell_index(grid, r, c)}: {value:.6g}")
     if grid.worst is not None:
-        row, column = grid.worst
+        worst_row, worst_column = grid.worst
         _element(
             group,
             "rect",
             class_="worst",
-            data_row=str(row),
-            data_column=str(column),
-            x=str(column * cell),
-            y=str(_TITLE + row * cell),
+            data_row=str(worst_row),
+            data_column=str(worst_column),
+            x=str(worst_column * cell),
+            y=str(_TITLE + worst_row * cell),
             width=str(cell),
             height=str(cell),
             fill="none",
