@@ -81,6 +81,17 @@ class Comparison:
         }
 
 
+def _bound(expected: np.ndarray, tol: Tolerance, floor: float, expected_error: np.ndarray | None) -> np.ndarray:
+    """``atol + rtol |e| + floor (+ expected_error)`` for one block, added in that order, in place."""
+    bound = np.abs(expected)
+    bound *= tol.rtol
+    bound += tol.atol
+    bound += floor
+    if expected_error is not None:
+        bound += expected_error
+    return bound
+
+
 def compare_elementwise(
     got: np.ndarray,
     expected: np.ndarray,
@@ -119,12 +130,7 @@ def compare_elementwise(
         for block in blocks:
             difference = np.subtract(flat_got[block], flat_expected[block])
             difference = masked(block, np.abs(difference, out=difference), 0.0)
-            bound = np.abs(flat_expected[block])
-            bound *= tol.rtol
-            bound += tol.atol
-            bound += floor
-            if flat_error is not None:
-                bound += flat_error[block]
+            bound = _bound(flat_expected[block], tol, floor, None if flat_error is None else flat_error[block])
             bad = ~(difference <= bound)
             if flat_mask is not None:
                 bad &= flat_mask[block]

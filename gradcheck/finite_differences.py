@@ -95,8 +95,14 @@ class Perturbations:
 
     def moves(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For sparse rows ``start:stop``: each move's row (counted from ``start``), flat element and amount."""
-        chosen = (self._rows >= start) & (self._rows < stop)  # type: ignore[operator]
-        return self._rows[chosen] - start, self._elements[chosen], self._amounts[chosen]  # type: ignore[index]
+        rows, elements, amounts = self._sparse()
+        chosen = (rows >= start) & (rows < stop)
+        return rows[chosen] - start, elements[chosen], amounts[chosen]
+
+    def _sparse(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The sparse rows' moves: each one's row, flat element and amount."""
+        assert self._rows is not None and self._elements is not None and self._amounts is not None
+        return self._rows, self._elements, self._amounts
 
     def apply(
         self, base: np.ndarray, start: int = 0, stop: int | None = None, out: np.ndarray | None = None
@@ -129,8 +135,9 @@ class Perturbations:
             directions, which, steps = self._along
             return steps[index] * directions[which[index]]
         delta = np.zeros(int(np.prod(self.shape, dtype=np.int64)))
-        chosen = self._rows == index
-        np.add.at(delta, self._elements[chosen], self._amounts[chosen])  # type: ignore[index]
+        rows, elements, amounts = self._sparse()
+        chosen = rows == index
+        np.add.at(delta, elements[chosen], amounts[chosen])
         return delta.reshape(self.shape)
 
 
@@ -224,7 +231,8 @@ def directional_derivatives(
     which = np.array([0] + [index for index in range(count) for _ in range(4)])
     totals, scales = losses(name, Perturbations.along_directions(np.stack(directions), which, steps))
     moved = totals[1:].reshape(count, 4)
-    estimates, errors = richardson(totals[0], scales[0], *moved.T, step, dtype)
+    plus1, minus1, plus2, minus2 = moved[:, 0], moved[:, 1], moved[:, 2], moved[:, 3]
+    estimates, errors = richardson(totals[0], scales[0], plus1, minus1, plus2, minus2, step, dtype)
     return [
         DirectionalEstimate(float(estimates[index]), float(errors[index]), 4 + (index == 0)) for index in range(count)
     ]

@@ -24,7 +24,7 @@ from gradcheck.arrays import product_sums
 from gradcheck.batching import Batcher
 from gradcheck.finite_differences import BatchedLoss
 from gradcheck.inputs import CallPlan
-from gradcheck.instrument import BackwardRecord, Outcome, raised_by_gradcheck, to_float64
+from gradcheck.instrument import BackwardRecord, Outcome, raised_by_gradcheck, real_float64, to_float64
 from gradcheck.targets import CallTarget
 
 
@@ -114,17 +114,18 @@ class Harness:
     @property
     def sources(self) -> list[Source]:
         """Inputs then variables: everything a gradient is checked for."""
-        found = [
-            Source(a.name, a.spec.shape, a.spec.dtype, "input", a.spec.symmetric)  # type: ignore[union-attr]
-            for a in self.plan.differentiable
-        ]
+        found = []
+        for argument in self.plan.differentiable:
+            spec = argument.spec
+            assert spec is not None, argument.name  # a harness's plan has every shape: probing came first
+            found.append(Source(argument.name, spec.shape, spec.dtype, "input", spec.symmetric))
         found.extend(
             Source(name, tuple(variable.shape.as_list()), variable.dtype.name, "variable")
             for name, variable in self.variables
         )
         return found
 
-    def variable_values(self) -> dict[str, np.ndarray]:
+    def variable_values(self) -> dict[str, np.ndarray | None]:
         """The current value of every variable the forward pass reads."""
         return {name: to_float64(variable) for name, variable in self.variables}
 
@@ -168,9 +169,9 @@ class Harness:
         key, outputs = self._forward_memo
         if not _same_objects(self._memo_key(values), key):
             return None
-        arrays = [o if isinstance(o, np.ndarray) else to_float64(o) for o in outputs]
+        arrays = [o if isinstance(o, np.ndarray) else real_float64(o) for o in outputs]
         self._forward_memo = (key, arrays)
-        return arrays  # type: ignore[return-value]
+        return arrays
 
     def _remember(self, values: dict[str, Any], outputs: list[Any]) -> None:
         key = self._memo_key(values)
@@ -237,7 +238,7 @@ class Harness:
         if self.output_specs is None:
             self.output_specs = [OutputSpec(tuple(t.shape.as_list()), t.dtype.name) for t in flat]
             self.output_labels = [label for label, _ in labelled]
-        found = [to_float64(t) for t in flat]
+        found = [real_float64(t) for t in flat]
         self._remember(values, found)
         return found
 

@@ -166,6 +166,7 @@ class CallPlan:
         None where nothing is left to narrow.
         """
         leaves = [leaf for leaf in self.leaves if _redrawable(leaf)]
+        spec_change: dict[str, Any]
         kinds = {leaf.spec.distribution for leaf in leaves if leaf.spec is not None}
         if "normal" in kinds:
             step, spec_change = "positive", {"distribution": "positive"}
@@ -183,7 +184,7 @@ class CallPlan:
             if not _redrawable(argument) or argument.spec is None or argument.spec.distribution != chosen:
                 return argument
             names.append(argument.name)
-            return replace(argument, spec=replace(argument.spec, **spec_change))  # type: ignore[arg-type]
+            return replace(argument, spec=replace(argument.spec, **spec_change))
 
         plan = replace(self, arguments=tuple(narrow(a) for a in self.arguments))
         return Narrowed(plan, step, tuple(names))
@@ -389,6 +390,24 @@ def tensor_argument(name: str, spec: TensorSpec, keyword: bool) -> Argument:
     return Argument(name=name, role="input" if spec.differentiable else "integer", spec=spec, keyword=keyword)
 
 
+def _unconfigured(
+    parameter: inspect.Parameter,
+    keyword: bool,
+    signature_shapes: Mapping[str, tuple[tuple[int | None, ...], str]] | None,
+    dims: Mapping[str, int],
+) -> Argument | None:
+    """A parameter the config does not name: its ``input_signature`` shape, else an input of unknown
+    shape; None for one with a default, which keeps it."""
+    name = parameter.name
+    if signature_shapes and name in signature_shapes:
+        spec = signature_spec(*signature_shapes[name], dims)
+        role = "input" if spec.differentiable else "integer"
+        return Argument(name=name, role=role, spec=spec, keyword=keyword)
+    if parameter.default is not inspect.Parameter.empty:
+        return None
+    return Argument(name=name, role="input", keyword=keyword)
+
+
 def plan_call(
     signature: inspect.Signature,
     subject: SubjectConfig | None,
@@ -424,8 +443,7 @@ def plan_call(
     unknown: list[str] = []
     pending: list[inspect.Parameter] = []  # defaulted params skipped so far
     for parameter in parameters:
-        kind = parameter.kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
+        if (kind := parameter.kind) is inspect.Parameter.VAR_POSITIONAL:
             arguments += [make(n, keyword=False) for n in list(inputs) + list(constants) if n not in names]
             continue
         if kind is inspect.Parameter.VAR_KEYWORD:
@@ -434,15 +452,13 @@ def plan_call(
         keyword = kind is inspect.Parameter.KEYWORD_ONLY
         has_default = parameter.default is not inspect.Parameter.empty
         if name not in inputs and name not in constants:
-            if signature_shapes and name in signature_shapes:
-                spec = signature_spec(*signature_shapes[name], dims)
-                role = "input" if spec.differentiable else "integer"
-                arguments.append(Argument(name=name, role=role, spec=spec, keyword=keyword))
-            elif has_default:
+            unconfigured = _unconfigured(parameter, keyword, signature_shapes, dims)
+            if unconfigured is None:
                 pending.append(parameter)
             else:
-                unknown.append(name)
-                arguments.append(Argument(name=name, role="input", keyword=keyword))
+                if unconfigured.spec is None:
+                    unknown.append(name)
+                arguments.append(unconfigured)
             continue
         if not keyword and pending:
             # A later positional argument is configured: the skipped defaults
@@ -450,8 +466,8 @@ def plan_call(
             arguments += [Argument(name=p.name, role="constant", value=p.default, has_default=True) for p in pending]
             pending = []
         arguments.append(make(name, keyword, has_default))
-    ordered = [a for a in arguments if not a.keyword] + [a for a in arguments if a.keyword]
-    return CallPlan(arguments=tuple(ordered), unknown=tuple(unknown))
+    # Positional arguments first, each group in signature order (a stable sort).
+    return CallPlan(arguments=tuple(sorted(arguments, key=lambda a: a.keyword)), unknown=tuple(unknown))
 
 
 def candidate_shapes(names: tuple[str, ...]) -> Iterator[dict[str, tuple[int, ...]]]:
@@ -475,10 +491,12 @@ def draw_tensor(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
     if spec.dtype in COMPLEX_DTYPES:
         return probing.complex_values(rng, shape).astype(spec.dtype)
     if spec.distribution == "integer":
-        low = int(spec.low) if spec.low is not None else 0
-        high = int(spec.high) if spec.high is not None else 3
-        return rng.integers(low, max(high, low + 1), size=shape).astype(spec.dtype)
+        smallest = int(spec.low) if spec.low is not None else 0
+        largest = int(spec.high) if spec.high is not None else 3
+        return rng.integers(smallest, max(largest, smallest + 1), size=shape).astype(spec.dtype)
     if spec.distribution == "uniform":
+        # The config refuses a uniform distribution without both bounds (config.parse_input).
+        assert spec.low is not None and spec.high is not None
         values = rng.uniform(spec.low, spec.high, size=shape)
     elif spec.distribution == "positive":
         low = spec.low if spec.low is not None else 0.5

@@ -105,6 +105,15 @@ def _accepts_variables(grad_fn: Callable[..., Any]) -> bool:
     return "variables" in spec.args or "variables" in spec.kwonlyargs or spec.varkw is not None
 
 
+def real_float64(value: Any) -> np.ndarray:
+    """A real tensor's values as a float64 array: a differentiable output or a variable, which are never complex
+    (:func:`gradcheck._tf.differentiable_outputs` splits a complex output into its two parts)."""
+    array = to_float64(value)
+    if array is None:
+        raise TypeError(f"expected a real tensor, got {type(value).__name__}")
+    return array
+
+
 def to_float64(value: Any) -> np.ndarray | None:
     """A tensor's values as a float64 array (bfloat16 and float16 too); None if it has none (complex included)."""
     tf = _tf.tensorflow()
@@ -202,7 +211,7 @@ def instrument(
     refuses or accepts it exactly as it would the user's own.
     """
     tf = _tf.tensorflow()
-    record.function = name or getattr(forward, "__name__", "custom_gradient_function")
+    record.function = name or str(getattr(forward, "__name__", "custom_gradient_function"))
 
     def instrumented(*args: Any, **kwargs: Any) -> Any:
         record.phase = "forward"
@@ -237,6 +246,7 @@ def instrument(
                 record.malformed = f"could not read what the backward function returned: {error}"
             return raw
 
+        recording_grad_fn: Callable[..., Any]
         if record.accepts_variables:
 
             def recording_grad_fn(*upstreams: Any, variables: Any = None) -> Any:

@@ -274,10 +274,10 @@ def non_tensor_parameters(function: Any) -> dict[str, PythonParameter]:
             found[parameter.arg] = PythonParameter(f"annotated {annotation}", callable=bare == "Callable")
     names = {p.arg for p in parameters}
     for node, unshadowed in _own_nodes(definition, names):
-        for name, parameter in _python_use(node, unshadowed).items():
+        for name, use in _python_use(node, unshadowed).items():
             # That it is called says the most: the config gives a callable in its own form.
-            if name not in found or (parameter.callable and not found[name].callable):
-                found[name] = parameter
+            if name not in found or (use.callable and not found[name].callable):
+                found[name] = use
     return found
 
 

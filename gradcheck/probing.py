@@ -326,7 +326,7 @@ def candidate_shapes(count: int) -> Iterator[list[tuple[int, ...]]]:
     of ranks 3 and 4, and a tensor with scalar parameters after it.
     """
     first = (3, 4)
-    candidates = [
+    candidates: list[list[tuple[int, ...]]] = [
         [first] * count,
         chain_shapes(count, 2),
         [first] + [(4,)] * (count - 1),
@@ -342,7 +342,7 @@ def candidate_shapes(count: int) -> Iterator[list[tuple[int, ...]]]:
         chain_shapes(count, 4),
         [(2, 4, 4)] * count,
     ]
-    seen = set()
+    seen: set[tuple[tuple[int, ...], ...]] = set()
     for shapes in candidates:
         key = tuple(shapes)
         if key not in seen:

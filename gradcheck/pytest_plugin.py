@@ -192,7 +192,7 @@ class GradcheckModule(pytest.File):
         for planned in self.plugin.plan().get(self.path.resolve(), []):
             yield GradcheckItem.from_parent(self, name=planned.subject.name, planned=planned)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         """A bad target or config is one line, as on the command line."""
         if isinstance(excinfo.value, UsageError):
             return f"gradcheck: error: {excinfo.value}"
@@ -217,7 +217,9 @@ class GradcheckItem(pytest.Item):
         if self.failed_import is not None:
             self.user_properties.append(("gradcheck_status", "error"))
             raise GradcheckFailure(self.failed_import)
-        plugin = self.parent.plugin  # type: ignore[union-attr]
+        module = self.parent
+        assert isinstance(module, GradcheckModule)  # the only collector that makes these items
+        plugin = module.plugin
         request = request_for(self.planned, plugin.options)
         result = check_subject(request)
         self.result = result
@@ -227,7 +229,7 @@ class GradcheckItem(pytest.Item):
         if result.status != "passed":
             raise GradcheckFailure(result)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         """The text report's entry for the function: its problem table, hints and how to reproduce."""
         if isinstance(excinfo.value, GradcheckFailure):
             from gradcheck.reporting.text import render_result_string
@@ -237,7 +239,7 @@ class GradcheckItem(pytest.Item):
             return _first_problem(result) + "\n" + render_result_string(result).rstrip("\n")
         if isinstance(excinfo.value, UsageError):
             return f"gradcheck: error: {excinfo.value}"
-        return super().repr_failure(excinfo)
+        return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         """Where the function is defined, for pytest's headers."""

@@ -15,10 +15,9 @@ type. Imports :mod:`gradcheck.results` and the format names of
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +43,7 @@ class InvalidValue(ValueError):
     """A setting's value that its kind refuses; the message says why, without naming the key."""
 
 
-def closest(name: str, candidates: list[str] | set[str] | tuple[str, ...]) -> str:
+def closest(name: str, candidates: Collection[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest candidate, or ``''``."""
     by_lower = {candidate.lower(): candidate for candidate in sorted(candidates)}
     matches = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
@@ -392,12 +391,28 @@ RUN_SETTINGS = tuple(s for s in TABLE if s.scope == RUN)
 KEYWORD_SETTINGS = tuple(s for s in TABLE if s.keyword)
 
 
-class _SettingsBase:
-    """What :class:`Settings` adds to its fields."""
+@dataclass(frozen=True)
+class Settings:
+    """How to check one function: a field per function-scope row of :data:`TABLE`, with its default.
 
-    execution: str
-    reference: str
-    shape_only: bool
+    Declared field by field so that readers and type checkers see the types; a test holds the
+    fields and defaults equal to the table's rows (``tests/test_settings.py``).
+    """
+
+    shape_only: bool = False
+    mode: str = "fast"
+    dtype: str = "float64"
+    seed: int = 0
+    atol: float | None = None
+    rtol: float | None = None
+    eps: float | None = None
+    projections: int = 3
+    execution: str = "both"
+    order: int = 1
+    reference: str = "both"
+    strict: bool = False
+    timeout: float = DEFAULT_TIMEOUT
+    device: str = "auto"
 
     @property
     def executions(self) -> tuple[str, ...]:
@@ -408,19 +423,6 @@ class _SettingsBase:
     def compares_native(self) -> bool:
         """Whether gradients are compared with native autodiff (``reference`` is ``both`` or ``native``)."""
         return self.reference in ("both", "native") and not self.shape_only
-
-
-Settings = dataclasses.make_dataclass(
-    "Settings",
-    [(s.name, Any, dataclasses.field(default=s.default)) for s in FUNCTION_SETTINGS],
-    bases=(_SettingsBase,),
-    frozen=True,
-    namespace={
-        "__module__": __name__,
-        "__doc__": "How to check one function: a field per function-scope row of the settings table.\n\n"
-        + "\n".join(f"``{s.name}`` (default {s.default!r}): {s.help}" for s in FUNCTION_SETTINGS),
-    },
-)
 
 
 def resolve(given: Mapping[str, Any], configured: Mapping[str, Any], settings: tuple[Setting, ...]) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FunctionType, ModuleType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -55,7 +55,7 @@ from gradcheck.walk import is_below
 PINNED_FLAGS = {"eager": True, "run_functions_eagerly": False, "tensor_float_32": False}
 
 #: numpy's default error state, the one gradcheck's own arithmetic runs under during a check.
-NUMPY_ERRORS = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
+NUMPY_ERRORS: dict[str, Any] = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
 
 _GRADCHECK_DIR = str(Path(__file__).resolve().parent)
 
@@ -72,7 +72,7 @@ class Snapshot:
     environ: dict[str, str]
     python_random: Any
     numpy_random: Any
-    numpy_errors: dict[str, str]
+    numpy_errors: dict[str, Any]
     """``np.seterr``'s state: put back after a module, never applied to its checks (gradcheck's own
     arithmetic runs between the user's calls, under an error state of its own)."""
     warning_filters: list[Any]
@@ -98,7 +98,7 @@ class Snapshot:
         np.random.set_state(self.numpy_random)
         np.seterr(**self.numpy_errors)
         if warnings.filters != self.warning_filters:
-            warnings.filters[:] = self.warning_filters
+            cast(list[Any], warnings.filters)[:] = self.warning_filters  # typeshed says Sequence; it is a list
             # What warnings.simplefilter calls, so the registries' caches are invalidated.
             mutated = getattr(warnings, "_filters_mutated", None) or getattr(
                 warnings, "_filters_mutated_lock_held", None
@@ -206,7 +206,7 @@ def capture(roots: Iterable[Path | str] = ()) -> Snapshot:
         environ=dict(os.environ),
         python_random=random.getstate(),
         numpy_random=np.random.get_state(),
-        numpy_errors=np.geterr(),
+        numpy_errors=dict(np.geterr()),
         warning_filters=list(warnings.filters),
         streams=(sys.stdout, sys.stderr, sys.stdin),
         sigint=signal.getsignal(signal.SIGINT),

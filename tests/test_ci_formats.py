@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gradcheck.cli import pair_reports
+from gradcheck.cli.options import pair_reports
 from gradcheck.errors import UsageError
 from gradcheck.reporting import FORMATS, RenderOptions, render
 from gradcheck.reporting.github import escape_data, escape_property, workflow_command

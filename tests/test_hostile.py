@@ -29,10 +29,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from gradcheck.cli import write_atomically
 from gradcheck.config import Settings, find_config_file
+from gradcheck.report_files import write_atomically
 from gradcheck.reporting import FORMATS, RenderOptions, render
-from gradcheck.reporting.github import annotations, render_summary
+from gradcheck.reporting.github import render_summary, workflow_commands
 from gradcheck.reporting.safe_text import markdown, shown
 from gradcheck.reporting.text import render_text, render_text_string
 from gradcheck.results import HeatMap, InputRecord, Problem, Result, RunReport
@@ -221,7 +221,7 @@ def assert_reports_hold(report: RunReport, text: str) -> None:
     for format_ in ("text", "junit", "github", "html"):
         assert _unsafe_characters(documents[format_]) == [], format_
     assert _unsafe_characters(summary) == []
-    assert len(documents["github"].splitlines()) == len(annotations(report))
+    assert len(documents["github"].splitlines()) == len(workflow_commands(report))
     parser = _Tags()
     parser.feed(documents["html"])
     assert parser.tags <= _OWN_HTML_TAGS, parser.tags - _OWN_HTML_TAGS

@@ -5,6 +5,7 @@ check that the flag, the config key and the keyword each take it and refuse a ba
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 from pathlib import Path
@@ -36,10 +37,13 @@ def test_every_row_with_a_flag_is_a_run_option_and_every_keyword_row_a_check_key
 
 
 def test_settings_has_a_field_per_function_row_with_its_default() -> None:
+    fields = dataclasses.fields(table.Settings)
+    assert [field.name for field in fields] == [s.name for s in table.FUNCTION_SETTINGS]
+    assert [field.default for field in fields] == [s.default for s in table.FUNCTION_SETTINGS]
     defaults = table.Settings()
-    for setting in table.FUNCTION_SETTINGS:
-        assert getattr(defaults, setting.name) == setting.default
     assert not any(hasattr(defaults, s.name) for s in table.RUN_SETTINGS)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        defaults.mode = "full"  # type: ignore[misc]
 
 
 def test_projections_from_the_config_top_level_and_a_function_table() -> None:

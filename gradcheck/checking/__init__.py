@@ -2,7 +2,8 @@
 
 :func:`check_subject` reads as the checklist it follows:
 
-1. :mod:`~gradcheck.checking.prepare`: build the call target (a function, a
+1. :mod:`~gradcheck.checking.build`, :mod:`~gradcheck.checking.probe`,
+   :mod:`~gradcheck.checking.draws`: build the call target (a function, a
    bound method, a gradient wrapper, or a Keras layer whose custom-gradient
    functions are swapped in and out), plan the call (config, input
    signature, or probing small shapes) and draw seeded inputs; code written
@@ -40,23 +41,18 @@ import numpy as np
 
 from gradcheck import _tf, state, tracebacks
 from gradcheck.checking import audit, draw_loop, reaching
-from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
-from gradcheck.checking.findings import Findings, Prepared
-from gradcheck.checking.prepare import (
-    Draws,
-    InputTooLarge,
+from gradcheck.checking.build import (
     NeedsConfig,
     NeedsFloat32,
     build,
-    draw_values,
     dtype_clash,
-    frozen,
-    input_records,
     keyword_convention,
-    probe,
-    redraw_layer_weights,
     table_key,
 )
+from gradcheck.checking.draws import Draws, InputTooLarge, draw_values, frozen, input_records, redraw_layer_weights
+from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
+from gradcheck.checking.findings import Findings, Prepared
+from gradcheck.checking.probe import probe
 from gradcheck.checking.request import CheckRequest
 from gradcheck.checking.values import compare_values, values_comparable
 from gradcheck.discovery import import_root

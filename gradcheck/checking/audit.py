@@ -192,7 +192,7 @@ def audit_returned(subject: Audited, record: BackwardRecord) -> Audit:
     for slot, gradient in zip(slots, returned):
         if slot.role not in ("constant", "integer") and gradient.kind == "other":
             not_tensors.add(slot.name)
-        problems.extend(audit_slot(slot, gradient, returned_shapes, input_shapes))  # type: ignore[arg-type]
+        problems.extend(audit_slot(slot, gradient, returned_shapes, input_shapes))
     return Audit(problems, frozenset(not_tensors))
 
 
@@ -221,7 +221,7 @@ def audit_slot(
     slot: Slot,
     gradient: Any,
     returned_shapes: Mapping[str, Any],
-    input_shapes: Mapping[str, tuple[int, ...]],
+    input_shapes: Mapping[str, tuple[int | None, ...]],
 ) -> list[Problem]:
     """The problems of one returned gradient: a gradient where none is due, no tensor, or its shape and dtype."""
     name = slot.name
@@ -254,21 +254,21 @@ def audit_slot(
 
 
 def _slot_shape(
-    slot: Slot, shape: Any, returned_shapes: Mapping[str, Any], input_shapes: Mapping[str, tuple[int, ...]]
+    slot: Slot, shape: Any, returned_shapes: Mapping[str, Any], input_shapes: Mapping[str, tuple[int | None, ...]]
 ) -> list[Problem]:
-    expected = slot.shape
-    if shape is None or expected is None or None in shape or None in expected or tuple(shape) == tuple(expected):
+    if shape is None or slot.shape is None or None in shape or None in slot.shape or tuple(shape) == tuple(slot.shape):
         return []
+    expected = _known(slot.shape)
     name = slot.name
     return [
         Problem(
             "shape",
             name,
             f"the gradient of {name} has shape {format_shape(shape)}, its input {format_shape(expected)}"
-            + (" (TensorFlow broadcasts it silently)" if _broadcasts(shape, expected) else ""),  # type: ignore[arg-type]
+            + (" (TensorFlow broadcasts it silently)" if _broadcasts(shape, expected) else ""),
             expected=format_shape(expected),
             got=format_shape(shape),
-            hint=shape_hint(name, shape, expected, dict(returned_shapes), dict(input_shapes)),  # type: ignore[arg-type]
+            hint=shape_hint(name, shape, expected, dict(returned_shapes), dict(input_shapes)),
         )
     ]
 
@@ -292,11 +292,16 @@ def _slot_dtype(slot: Slot, gradient: Any) -> list[Problem]:
     ]
 
 
+def _known(shape: tuple[int | None, ...]) -> tuple[int, ...]:
+    """A shape whose every size is known, as such (its caller has checked)."""
+    return tuple(size for size in shape if size is not None)
+
+
 def _broadcasts(shape: tuple[int | None, ...], target: tuple[int, ...]) -> bool:
     if None in shape:
         return False
     try:
-        return np.broadcast_shapes(tuple(shape), target) == target  # type: ignore[arg-type]
+        return np.broadcast_shapes(_known(shape), target) == target
     except ValueError:
         return False
 

@@ -99,7 +99,7 @@ def shape_hint(
     got: tuple[int | None, ...],
     expected: tuple[int, ...],
     returned_shapes: dict[str, tuple[int | None, ...] | None],
-    input_shapes: dict[str, tuple[int, ...]],
+    input_shapes: dict[str, tuple[int | None, ...]],
 ) -> str | None:
     """The likely bug behind a gradient of the wrong shape."""
     for other, other_shape in input_shapes.items():
@@ -242,9 +242,11 @@ class Rerun:
 
 def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: Rerun) -> list[Problem]:
     """Attach the likely bug to each value problem where the pattern is recognisable."""
-    judged = {n: v for n, v in verdicts.items() if v.custom is not None and v.expected is not None}
-    customs: dict[str, np.ndarray] = {n: v.custom for n, v in judged.items()}  # type: ignore[misc]
-    expected: dict[str, np.ndarray] = {n: v.expected for n, v in judged.items()}  # type: ignore[misc]
+    customs: dict[str, np.ndarray] = {}
+    expected: dict[str, np.ndarray] = {}
+    for n, v in verdicts.items():
+        if v.custom is not None and v.expected is not None:
+            customs[n], expected[n] = v.custom, v.expected
     surrogates = {
         n: hint
         for n in customs
@@ -260,21 +262,21 @@ def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: R
             hinted.append(_numeric_only_hinted(problem, rerun.subject_name, rerun.numeric_only_table))
             continue
         if problem.hint is None and problem.check in ("native", "numeric") and name in expected:
-            hint = (surrogates.get(name) if problem.order == 1 else None) or swaps.get(name)  # type: ignore[arg-type]
-            if problem.order == 1 and verdicts[name].returned_none:  # type: ignore[index]
-                hint = none_hint(argument_name(rerun.plan, name))  # type: ignore[arg-type]
+            hint = (surrogates.get(name) if problem.order == 1 else None) or swaps.get(name)
+            if problem.order == 1 and verdicts[name].returned_none:
+                hint = none_hint(argument_name(rerun.plan, name))
             if hint is None and problem.order == 1:
-                hint = conjugate_hint(rerun, name, customs[name], expected[name])  # type: ignore[index,arg-type]
+                hint = conjugate_hint(rerun, name, customs[name], expected[name])
             if hint is None:
                 if ones is None:
                     ones = native_with_ones_upstream(rerun)
-                hint = value_hint(customs[name], expected[name], ones.get(name))  # type: ignore[index,arg-type]
+                hint = value_hint(customs[name], expected[name], ones.get(name))
             if hint is None and problem.order == 1:
-                hint = upstream_hint(rerun, name, customs[name])  # type: ignore[index,arg-type]
+                hint = upstream_hint(rerun, name, customs[name])
             if hint is None and problem.order == 1:
-                hint = transposed_operand_hint(rerun, name, expected[name])  # type: ignore[arg-type,index]
+                hint = transposed_operand_hint(rerun, name, expected[name])
             if hint is None and problem.order == 1:
-                hint = identity_forward_hint(customs[name], expected[name], upstream_of(rerun, customs[name].shape))  # type: ignore[index,arg-type]
+                hint = identity_forward_hint(customs[name], expected[name], upstream_of(rerun, customs[name].shape))
             if hint is not None:
                 problem = replace(problem, hint=hint)
         hinted.append(problem)
@@ -421,9 +423,10 @@ def transposed_operand_hint(rerun: Rerun, name: str, expected: np.ndarray) -> st
         moved = dict(rerun.values)
         moved[argument.name] = np.swapaxes(rerun.values[argument.name], -1, -2)
         outcome = rerun.harness.custom(moved, rerun.upstreams, "eager")
-        if not outcome.ok or outcome.grads is None or outcome.grads.get(name) is None:
+        moved_gradient = None if outcome.grads is None else outcome.grads.get(name)
+        if not outcome.ok or moved_gradient is None:
             continue
-        if close(outcome.grads[name], expected):
+        if close(moved_gradient, expected):
             return (
                 f"the gradient of {name} comes out right when {argument.name} is transposed: "
                 f"a missing or extra transpose of {argument.name} in the backward function"

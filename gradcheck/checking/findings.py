@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gradcheck.checking.prepare import Built, Draws
+from gradcheck.checking.build import Built
+from gradcheck.checking.draws import Draws
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan
 from gradcheck.results import Problem

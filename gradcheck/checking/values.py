@@ -10,10 +10,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from gradcheck.checking import audit, diagnose, draw_loop
+from gradcheck.checking.build import reference_harness, table_key
 from gradcheck.checking.evidence import Judging
 from gradcheck.checking.exceptions import describe_exception
 from gradcheck.checking.findings import Findings, Prepared
-from gradcheck.checking.prepare import reference_harness, table_key
 from gradcheck.checking.request import CheckRequest
 from gradcheck.harness import Harness
 from gradcheck.instrument import Outcome

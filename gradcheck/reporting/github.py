@@ -70,7 +70,7 @@ def _message(result: Result, problem: Problem) -> str:
     return "\n".join(lines)
 
 
-def annotations(report: RunReport) -> list[str]:
+def workflow_commands(report: RunReport) -> list[str]:
     """One workflow command per problem; a skipped function is a warning (an error where it fails the run)."""
     commands = []
     for result in report.results:
@@ -100,7 +100,7 @@ def annotations(report: RunReport) -> list[str]:
 
 def render(report: RunReport, options: RenderOptions) -> str:
     """The workflow commands, one a line (empty when nothing is wrong)."""
-    commands = annotations(report)
+    commands = workflow_commands(report)
     return "".join(command + "\n" for command in commands)
 
 

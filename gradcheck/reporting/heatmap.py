@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from gradcheck.results import HeatMap, Problem
 
@@ -63,7 +64,7 @@ class Grid:
         return max(values, default=0.0)
 
 
-def _as_rows(values: list) -> list[list[float]]:  # type: ignore[type-arg]
+def _as_rows(values: Any) -> list[list[float]]:
     """A vector as one row; a matrix as it is; a scalar as one cell."""
     if not isinstance(values, list):
         return [[float(values)]]
@@ -114,8 +115,8 @@ def layout(problem: Problem, max_rows: int, max_columns: int) -> Grid | None:
             )
             for target, source in zip(row_cells, (custom, reference, difference)):
                 target.append(source[picked[0]][picked[1]])
-        for target, cells in zip(pooled, row_cells):
-            target.append(cells)
+        for panel_rows, cells in zip(pooled, row_cells):
+            panel_rows.append(cells)
     element = worst_element(heatmap, problem, (rows, columns))
     worst = (element[0] // block[0], element[1] // block[1]) if element is not None else None
     return Grid(

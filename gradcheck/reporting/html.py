@@ -65,7 +65,8 @@ def _hex(rgb: tuple[float, float, float]) -> str:
 def _blend(colour: tuple[int, int, int], amount: float) -> str:
     """White blended towards ``colour`` by ``amount`` in [0, 1]."""
     amount = min(max(amount, 0.0), 1.0)
-    return _hex(tuple(255.0 + (c - 255.0) * amount for c in colour))  # type: ignore[arg-type]
+    red, green, blue = (255.0 + (c - 255.0) * amount for c in colour)
+    return _hex((red, green, blue))
 
 
 def diverging_colour(value: float, top: float) -> str:
@@ -130,15 +131,15 @@ def _panel(
             )
             _element(rect, "title", f"{_cell_index(grid, r, c)}: {value:.6g}")
     if grid.worst is not None:
-        row, column = grid.worst
+        worst_row, worst_column = grid.worst
         _element(
             group,
             "rect",
             class_="worst",
-            data_row=str(row),
-            data_column=str(column),
-            x=str(column * cell),
-            y=str(_TITLE + row * cell),
+            data_row=str(worst_row),
+            data_column=str(worst_column),
+            x=str(worst_column * cell),
+            y=str(_TITLE + worst_row * cell),
             width=str(cell),
             height=str(cell),
             fill="none",
@@ -157,6 +158,19 @@ def _legend(svg: ET.Element, y: int, x: int, width: int, label: str, stops: list
     _element(group, "text", high, x=str(width), y="40", text_anchor="end")
 
 
+def _caption(problem: Problem, shape: tuple[int, ...] | None, grid: Grid, reference: str) -> str:
+    """What the three panels show, for the figure's caption and the picture's title."""
+    caption = f"{problem.input}"
+    if shape:
+        caption += f" {format_shape(shape)}"
+    caption += f": the custom gradient, {reference}, and their difference"
+    if grid.block != (1, 1):
+        caption += f"; each cell is the element that differs most in a block of {grid.block[0]}x{grid.block[1]}"
+    if problem.worst_index is not None and grid.worst is not None:
+        caption += f"; outlined: the worst element {list(problem.worst_index)}"
+    return caption
+
+
 def heat_map_figure(parent: ET.Element, problem: Problem, shape: tuple[int, ...] | None) -> None:
     """The three panels of one input: custom, reference and their difference, with legends."""
     grid = layout(problem, MAX_CELLS, MAX_CELLS)
@@ -167,14 +181,7 @@ def heat_map_figure(parent: ET.Element, problem: Problem, shape: tuple[int, ...]
     width = grid.columns * cell
     height = _TITLE + grid.rows * cell
     figure = _element(parent, "figure", class_="heatmaps", data_input=problem.input or "", data_check=problem.check)
-    caption = f"{problem.input}"
-    if shape:
-        caption += f" {format_shape(shape)}"
-    caption += f": the custom gradient, {reference}, and their difference"
-    if grid.block != (1, 1):
-        caption += f"; each cell is the element that differs most in a block of {grid.block[0]}x{grid.block[1]}"
-    if problem.worst_index is not None and grid.worst is not None:
-        caption += f"; outlined: the worst element {list(problem.worst_index)}"
+    caption = _caption(problem, shape, grid, reference)
     _element(figure, "figcaption", caption)
     magnitude = grid.largest_magnitude
     largest = grid.largest_difference

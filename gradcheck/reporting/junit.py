@@ -128,10 +128,12 @@ def render(report: RunReport, options: RenderOptions) -> str:
         suite = ET.SubElement(
             root,
             "testsuite",
-            name=_xml_attribute(module),
-            time=_time(sum(r.seconds for r in results)),
-            file=_xml_attribute(module),
-            **_counts(results, report),
+            {
+                "name": _xml_attribute(module),
+                "time": _time(sum(r.seconds for r in results)),
+                "file": _xml_attribute(module),
+                **_counts(results, report),
+            },
         )
         properties = ET.SubElement(suite, "properties")
         ET.SubElement(properties, "property", name="gradcheck", value=report.version)

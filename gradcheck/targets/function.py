@@ -14,7 +14,7 @@ class FunctionTarget:
     def __init__(self, forward: Callable[..., Any], name: str | None = None) -> None:
         self.forward = forward
         """The undecorated forward function: it returns ``(result, grad_fn)``."""
-        self.name = name or getattr(forward, "__name__", "function")
+        self.name = name or str(getattr(forward, "__name__", "function"))
 
     def custom(self, args: list[Any], kwargs: dict[str, Any], records: list[BackwardRecord], eager: bool) -> Any:
         """Call through ``tf.custom_gradient`` with an instrumented backward function."""

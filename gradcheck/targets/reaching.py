@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from gradcheck import _tf
 from gradcheck.instrument import BackwardRecord, instrument
@@ -35,7 +35,8 @@ def _instrumenter(records: list[BackwardRecord]) -> _tf.Instrumenter:
                 backward[:] = [_tf.closure_function(returned[1], ("vjp_bwd",)) or returned[1]]
             return returned
 
-        raw = instrument(user_forward, record, eager, _tf.forward_name(wrapped)).__wrapped__
+        # tf.custom_gradient's result keeps the function it decorates as __wrapped__.
+        raw = cast(Any, instrument(user_forward, record, eager, _tf.forward_name(wrapped))).__wrapped__
 
         def forward(*args: Any, **kwargs: Any) -> Any:
             returned = raw(*args, **kwargs)

@@ -1,0 +1,335 @@
+"""Building the call target and its call plan: the keyword convention and the reference harness too.
+
+A target that cannot be built or called becomes a :class:`NeedsConfig`,
+:class:`UserCodeError` or :class:`NeedsFloat32` for the checklist in
+:mod:`gradcheck.checking` to turn into a result.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gradcheck import _tf, nesting
+from gradcheck.checking.exceptions import UserCodeError, describe_exception, message_of
+from gradcheck.config import VariableValue
+from gradcheck.harness import Harness
+from gradcheck.inputs import CallPlan, plan_call
+from gradcheck.instrument import Outcome, raised_by_gradcheck
+from gradcheck.targets import FunctionTarget, LayerTarget, Patch, ReachingTarget, WrapperTarget
+
+if TYPE_CHECKING:
+    from gradcheck.checking.request import CheckRequest
+
+#: Exceptions that mean "these shapes do not fit" while probing.
+SHAPE_ERRORS = ("InvalidArgumentError", "ValueError", "TypeError", "IndexError")
+#: How TensorFlow says that float64 inputs met float32 code.
+_DTYPE_CLASH = re.compile(
+    r"(double|float64).*(float32|\bfloat\b)|(float32|\bfloat\b).*(double|float64)", re.IGNORECASE | re.DOTALL
+)
+
+
+class NeedsConfig(Exception):
+    """The config must give what gradcheck cannot make: constructor arguments, or Python-valued arguments."""
+
+    def __init__(self, message: str, constants: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.constants = constants
+        """The ``constants`` entries asked for, each a name and its TOML placeholder (for ``gradcheck init``)."""
+
+
+class NeedsFloat32(Exception):
+    """Float64 inputs met code written for float32: the check is rerun in float32."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(message_of(error))
+        self.error = error
+
+
+def dtype_clash(error: BaseException) -> bool:
+    """True when ``error`` says that float64 inputs met float32 code."""
+    return type(error).__name__ in SHAPE_ERRORS and bool(_DTYPE_CLASH.search(message_of(error)))
+
+
+@dataclass(frozen=True)
+class Built:
+    """A call target with its plan and the things needed to run and name it."""
+
+    target: Any
+    plan: CallPlan
+    name_variable: Callable[[Any], str]
+    layer: Any = None
+    fresh_layer: bool = False
+    """True when gradcheck constructed the layer (its weights are then redrawn, seeded)."""
+
+
+# -- targets -------------------------------------------------------------------
+
+
+def table_key(request: CheckRequest) -> str:
+    """``[functions.NAME]`` or ``[layers.NAME]``: where the subject's config lives."""
+    subject = request.subject
+    table = "layers" if subject.kind == "layer" else "functions"
+    name = subject.name if "." not in subject.name else f'"{subject.name}"'
+    return f"[{table}.{name}]"
+
+
+def _init_kwargs(request: CheckRequest, dtype: str = "float64") -> dict[str, Any]:
+    init = dict(request.config.init) if request.config else {}
+    return {name: materialize(value, dtype) for name, value in init.items()}
+
+
+def materialize(value: Any, dtype: str) -> Any:
+    """A config value as the code gets it: a ``{ value = ..., variable = true }`` table becomes a ``tf.Variable``."""
+    if not isinstance(value, VariableValue):
+        return value
+    tf = _tf.tensorflow()
+    array = np.asarray(value.value)
+    chosen = value.dtype or (dtype if array.dtype.kind == "f" else "int32")
+    return tf.Variable(array, dtype=chosen)
+
+
+def _construct(request: CheckRequest, cls: type, kwargs: dict[str, Any], what: str) -> Any:
+    given = sorted(request.config.init) if request.config else []
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as error:
+        raise NeedsConfig(_init_hint(request, cls, given, error)) from error
+    except ValueError:  # no signature to check against: let the call itself tell
+        pass
+    try:
+        return cls(**kwargs)
+    except Exception as error:  # the user's constructor raised
+        described = describe_exception(error, request.subject.path)
+        if not given:
+            advice = f"give its arguments as init = {{...}} in {table_key(request)}"
+        elif re.search(r"\bVariable\b", message_of(error)):
+            advice = "give the argument it names as { value = ..., variable = true } in init"
+        else:
+            advice = f"it rejected the init values given ({', '.join(given)}): check them"
+        raise UserCodeError(
+            f"could not construct {cls.__name__}(**init) for the {what}: {described}; {advice}"
+        ) from error
+
+
+def _init_hint(request: CheckRequest, cls: type, given: list[str], error: TypeError) -> str:
+    """What to add to ``init``: only the required arguments not given yet, never those just given."""
+    try:
+        parameters = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        parameters = []
+    missing = [
+        p.name
+        for p in parameters
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in given
+    ]
+    wanted = ", ".join(f"{name} = ..." for name in missing) or "..."
+    where = table_key(request)
+    if request.subject.kind == "function" and "." in request.subject.name:
+        where += f" (or [classes.{cls.__name__}], shared by every method)"
+    already = f"; init gives {', '.join(given)}" if given else ""
+    return (
+        f"{cls.__name__}(...) needs constructor arguments ({message_of(error)}){already}; "
+        f"add to {request.config_label}: {where} init = {{ {wanted} }}"
+    )
+
+
+def build(request: CheckRequest, dtype: str) -> Built:
+    """The call target and its plan, with float inputs in ``dtype``."""
+    subject = request.subject
+    namer = variable_namer(request, None)
+    if subject.kind == "layer":
+        return _build_layer(request, dtype)
+    forward = subject.forward
+    assert forward is not None
+    if subject.binding == "method":
+        assert subject.owner is not None  # discovery gives a method its class
+        instance = _construct(request, subject.owner, _init_kwargs(request, dtype), "method")
+        forward = forward.__get__(instance, subject.owner)
+        namer = variable_namer(request, instance)
+    elif subject.binding == "classmethod":
+        forward = forward.__get__(subject.owner, type(subject.owner))
+    if subject.reaching:
+        target: Any = ReachingTarget(forward, subject.name)
+    elif subject.binding == "wrapper":
+        target = WrapperTarget(subject.obj, forward)
+    else:
+        target = FunctionTarget(forward, subject.name.rsplit(".", 1)[-1])
+    plan = _plan(request, inspect.signature(forward), dtype)
+    if subject.reaching:
+        _refuse_python_values(request, forward, plan)
+    return Built(target, plan, namer)
+
+
+def _refuse_python_values(request: CheckRequest, forward: Callable[..., Any], plan: CallPlan) -> None:
+    """Required arguments the code uses as Python values (a mode string, a loop count, a function) cannot be
+    drawn: ask for them all at once, each in the form the config gives it."""
+    python_values = nesting.non_tensor_parameters(forward)
+    wanted = [(name, python_values[name]) for name in plan.unknown if name in python_values]
+    if not wanted:
+        return
+    placeholders = tuple((name, constant_placeholder(name, found)) for name, found in wanted)
+    line = ", ".join(f"{name} = {placeholder}" for name, placeholder in placeholders)
+    if len(wanted) == 1:
+        name, found = wanted[0]
+        what = f"argument {name} is {_python_kind(found)}, not a tensor ({found.reason})"
+    else:
+        described = [f"{name} ({_python_kind(found)}: {found.reason})" for name, found in wanted]
+        what = f"arguments {', '.join(described[:-1])} and {described[-1]} are not tensors"
+    raise NeedsConfig(
+        f"{what}; add to {request.config_label}: {table_key(request)} constants = {{ {line} }}", placeholders
+    )
+
+
+def _python_kind(found: nesting.PythonParameter) -> str:
+    return "a Python callable" if found.callable else "a Python value"
+
+
+def constant_placeholder(name: str, found: nesting.PythonParameter) -> str:
+    """What the config's ``constants`` should hold for a Python-valued argument: a callable is imported."""
+    return f'{{ import = "your_module:{name}" }}' if found.callable else "..."
+
+
+def _plan(request: CheckRequest, signature: inspect.Signature, dtype: str) -> CallPlan:
+    subject = request.subject
+    signature_shapes = None
+    if subject.input_signature:
+        parameters = [p.name for p in signature.parameters.values()]
+        signature_shapes = {}
+        for name, spec in zip(parameters, subject.input_signature):
+            shape = getattr(spec, "shape", None)
+            spec_dtype = getattr(spec, "dtype", None)
+            if shape is None or spec_dtype is None or shape.rank is None:
+                continue
+            signature_shapes[name] = (tuple(shape.as_list()), spec_dtype.name)
+    table = "layers" if subject.kind == "layer" else "functions"
+    plan = plan_call(
+        signature,
+        request.config,
+        request.dims,
+        dtype,
+        request.config_label,
+        f"{table}.{subject.name}",
+        request.shape_overrides,
+        signature_shapes,
+    )
+    return plan.with_constants(lambda value: materialize(value, dtype))
+
+
+def _build_layer(request: CheckRequest, dtype: str) -> Built:
+    subject = request.subject
+    if isinstance(subject.obj, type):
+        cls = subject.obj
+        kwargs = _init_kwargs(request, dtype)
+        initializer = getattr(cls, "__init__")  # noqa: B009 (mypy refuses cls.__init__ on a type)
+        if "dtype" not in kwargs and _accepts_keyword(initializer, "dtype"):
+            kwargs["dtype"] = dtype
+        layer = _construct(request, cls, kwargs, "layer")
+        fresh = True
+    else:
+        layer = subject.obj  # the user's own instance: checked as it is, weights restored afterwards
+        fresh = False
+    patches = [
+        Patch(namespace, name, namespace[name], parts.forward)
+        for namespace, name in subject.patches
+        if (parts := _tf.custom_gradient_parts(namespace[name])) is not None
+    ]
+    signature = inspect.signature(layer.call)
+    plan = _plan(request, signature, dtype)
+    target = ReachingTarget(layer, subject.name) if subject.reaching else LayerTarget(layer, patches)
+    return Built(target, plan, variable_namer(request, layer), layer, fresh)
+
+
+def variable_namer(request: CheckRequest, owner: Any) -> Callable[[Any], str]:
+    """Name a variable by the attribute or global that holds it, else by its own name."""
+    subject = request.subject
+    module = subject.module
+    forward = subject.forward
+
+    def name(variable: Any) -> str:
+        places: list[dict[str, Any]] = []
+        if owner is not None:
+            places.append(vars(owner))
+        if forward is not None:
+            try:
+                closure = inspect.getclosurevars(inspect.unwrap(forward))
+                places.append(dict(closure.nonlocals))
+            except (TypeError, ValueError):
+                pass
+        if module is not None:
+            places.append(vars(module))
+        code_owner = forward if forward is not None else getattr(subject.owner, "call", None)
+        if code_owner is not None:
+            places.append(getattr(inspect.unwrap(code_owner), "__globals__", {}))
+        for place in places:
+            for key, value in place.items():
+                if key.startswith("__"):
+                    continue
+                if value is variable or (_tf.is_keras_variable(value) and value.value is variable):
+                    return key
+        text = getattr(variable, "name", "variable")
+        return text[:-2] if text.endswith(":0") else text
+
+    return name
+
+
+def _accepts_keyword(function: Any, name: str) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def keyword_convention(
+    plan: CallPlan, kind: str, outcomes: Mapping[str, Outcome], already: frozenset[str]
+) -> frozenset[str]:
+    """Constants with defaults that the backward function treats as named arguments.
+
+    A backward function returning gradients for every positional argument
+    but the defaulted constants is written for calls that name those
+    constants (``f(x, axis=1)``), which custom_gradient does not count as
+    inputs. Returns their names, to be passed by keyword instead.
+    """
+    if already or kind == "layer":
+        return frozenset()
+    record = outcomes.get("eager", next(iter(outcomes.values()))).record
+    if record.returned is None:
+        return frozenset()
+    defaulted = frozenset(a.name for a in plan.positional if a.role == "constant" and a.has_default)
+    if not defaulted:
+        return frozenset()
+    named = len(plan.with_keywords(set(defaulted)).slots)
+    if len(record.returned) == named != len(plan.slots):
+        return defaulted
+    return frozenset()
+
+
+def reference_harness(
+    kind: str, dtype: str, built: Built, plan: CallPlan, harness: Harness, values: dict[str, Any], keep_tape: bool
+) -> tuple[Harness, str | None]:
+    """A harness that evaluates the references in float64 where the function allows it, and a note saying so.
+
+    Low-precision gradients are compared with a wider reference: in
+    float16 the finite difference of a smooth function often rounds to 0.
+    ``keep_tape`` keeps its first forward pass for native autodiff (:meth:`Harness.outputs`).
+    """
+    if dtype == "float64" or kind == "layer":
+        return harness, None
+    wide = Harness(built.target, plan.with_dtype("float64"), built.name_variable)
+    try:
+        outputs = wide.outputs(values, keep_tape=keep_tape)
+    except Exception as error:  # the code is written for its dtype: references stay in it
+        if raised_by_gradcheck(error):
+            raise
+        wide.restore()
+        return harness, None
+    if not all(np.all(np.isfinite(o)) for o in outputs):
+        wide.restore()
+        return harness, None
+    return wide, f"references (native autodiff, finite differences) evaluated in float64 for {dtype} inputs"
