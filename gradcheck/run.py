@@ -22,10 +22,15 @@ class Plan(Protocol):
     """What a run's plan tells the loop: the seed for the report, the statuses that fail the run,
     and what collection found: the results of modules that failed to import, and its summary."""
 
-    seed: int
-    fail_on: tuple[str, ...]
-    module_results: tuple[Result, ...]
-    collection: Collection | None
+    # Read-only: a frozen record (the worker's ``Planned``) is a plan too.
+    @property
+    def seed(self) -> int: ...
+    @property
+    def fail_on(self) -> tuple[str, ...]: ...
+    @property
+    def module_results(self) -> tuple[Result, ...]: ...
+    @property
+    def collection(self) -> Collection | None: ...
 
 
 class Runner(Protocol):

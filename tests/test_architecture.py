@@ -202,3 +202,82 @@ def test_every_whitelisted_entry_point_still_exists() -> None:
     from tests import vulture_whitelist
 
     assert all(entry is not None for entry in vulture_whitelist._ENTRY_POINTS)
+
+
+#: The sizes a reader can hold in mind: lines of a module, a class, a function (docstring included).
+LIMITS = {"module": 500, "class": 300, "function": 60}
+
+
+def _oversized(name: str, text: str) -> list[str]:
+    found = [f"{name}: {text.count(chr(10))} lines"] if text.count("\n") > LIMITS["module"] else []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            kind = "class" if isinstance(node, ast.ClassDef) else "function"
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > LIMITS[kind]:
+                found.append(f"{name}.{node.name}: a {kind} of {length} lines")
+    return found
+
+
+def test_no_module_class_or_function_is_over_its_limit() -> None:
+    offenders = [line for name, path in MODULES.items() for line in _oversized(name, path.read_text(encoding="utf-8"))]
+    assert offenders == []
+
+
+def test_an_oversized_function_is_found() -> None:
+    long_function = "def f():\n" + "    x = 1\n" * 60
+    assert _oversized("m", long_function) == ["m.f: a function of 61 lines"]
+    assert _oversized("m", "def f():\n" + "    x = 1\n" * 59) == []
+
+
+def _private_uses(name: str, path: Path) -> list[str]:
+    """Another gradcheck module's ``_name``, imported or read as ``module._name``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules: set[str] = set()  # local names bound to gradcheck modules
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gradcheck"):
+            for alias in node.names:
+                target = f"{node.module}.{alias.name}"
+                if target in MODULES:
+                    modules.add(alias.asname or alias.name)
+                elif alias.name.startswith("_") and node.module != name:
+                    found.append(f"{name}: imports {target}")
+        elif isinstance(node, ast.Import):
+            modules.update(alias.asname or alias.name for alias in node.names if alias.name.startswith("gradcheck"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = ast.unparse(node.value)
+            if owner in modules:
+                found.append(f"{name}: reads {owner}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    # The _tf package aside: it is where TensorFlow's own private names are read, and its rooms share them.
+    offenders = [
+        line for name, path in MODULES.items() if name not in _TENSORFLOW for line in _private_uses(name, path)
+    ]
+    assert offenders == []
+
+
+def test_a_private_name_used_across_modules_is_found(tmp_path: Path) -> None:
+    user = tmp_path / "user.py"
+    user.write_text("from gradcheck.walk import _hidden\nfrom gradcheck import walk\nwalk._other()\n", encoding="utf-8")
+    assert _private_uses("gradcheck.user", user) == [
+        "gradcheck.user: imports gradcheck.walk._hidden",
+        "gradcheck.user: reads walk._other",
+    ]
+
+
+#: How many ``type: ignore`` comments gradcheck may hold: each is a place the types could not say what is true.
+MAX_TYPE_IGNORES = 10
+
+
+def test_mypy_passes_on_the_package() -> None:
+    # pyproject.toml's [tool.mypy] says what is checked and how; the cache keeps a second run quick.
+    command = [sys.executable, "-m", "mypy", "--no-error-summary", "gradcheck"]
+    found = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert (found.returncode, found.stdout) == (0, ""), found.stdout + found.stderr
+    ignores = sum(path.read_text(encoding="utf-8").count("type: ignore") for path in MODULES.values())
+    assert ignores <= MAX_TYPE_IGNORES

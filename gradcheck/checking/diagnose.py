@@ -216,12 +216,16 @@ def upstream_of(rerun: Rerun, shape: tuple[int, ...]) -> np.ndarray | None:
 # -- hints that rerun the backward function ------------------------------------
 
 
-class Judged(Protocol):
-    """What a hint needs of a verdict: the gradient judged and what it was expected to be."""
+class HintEvidence(Protocol):
+    """What a hint needs of a verdict: the gradient judged and what it was expected to be (read-only:
+    a frozen :class:`gradcheck.checking.verdict.Verdict` is one)."""
 
-    custom: np.ndarray | None
-    expected: np.ndarray | None
-    returned_none: bool
+    @property
+    def custom(self) -> np.ndarray | None: ...
+    @property
+    def expected(self) -> np.ndarray | None: ...
+    @property
+    def returned_none(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -240,7 +244,7 @@ class Rerun:
     finite differences): its config table, ``[functions.NAME]``, for the hint that shows the line to add."""
 
 
-def with_hints(problems: list[Problem], verdicts: Mapping[str, Judged], rerun: Rerun) -> list[Problem]:
+def with_hints(problems: list[Problem], verdicts: Mapping[str, HintEvidence], rerun: Rerun) -> list[Problem]:
     """Attach the likely bug to each value problem where the pattern is recognisable."""
     customs: dict[str, np.ndarray] = {}
     expected: dict[str, np.ndarray] = {}
