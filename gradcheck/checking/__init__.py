@@ -29,17 +29,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gradcheck import _tf, state, tracebacks
+from gradcheck import tracebacks
 from gradcheck.checking import audit, draw_loop, reaching
 from gradcheck.checking.build import (
     NeedsConfig,
@@ -49,13 +47,13 @@ from gradcheck.checking.build import (
     keyword_convention,
     table_key,
 )
+from gradcheck.checking.conditions import check_conditions
 from gradcheck.checking.draws import Draws, InputTooLarge, draw_values, frozen, input_records, redraw_layer_weights
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
 from gradcheck.checking.findings import Findings, Prepared
-from gradcheck.checking.probe import probe
+from gradcheck.checking.probe import ShapeGuess, guess_shapes, probe
 from gradcheck.checking.request import CheckRequest
 from gradcheck.checking.values import compare_values, values_comparable
-from gradcheck.discovery import import_root
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, subject_rng
 from gradcheck.instrument import Outcome, raised_by_gradcheck
@@ -357,79 +355,12 @@ def _fed_dtype(findings: Findings) -> str:
     return findings.dtype
 
 
-@dataclass(frozen=True)
-class ShapeGuess:
-    """What probing found for one function's inputs (``gradcheck init``)."""
-
-    plan: CallPlan | None
-    """The call plan with configured and guessed shapes (guessed arguments say so); None where probing failed."""
-    failure: str | None = None
-    """Why no shapes could be found (forward pass raising, no candidate accepted)."""
-    constants: tuple[tuple[str, str], ...] = ()
-    """Arguments that are Python values, not tensors: each name with the TOML placeholder the config needs."""
-
-
-def guess_shapes(request: CheckRequest) -> ShapeGuess:
-    """Probe small candidate shapes for the inputs the config leaves open, as a check would.
-
-    The same prober as :func:`check_subject` uses, so the shapes ``gradcheck
-    init`` writes are the ones a run would have guessed.
-    """
-    with _checking(request):
-        for dtype in dict.fromkeys((request.settings.dtype, "float32")):
-            try:
-                built = build(request, dtype)
-                if not built.plan.unknown:
-                    return ShapeGuess(plan=built.plan)
-                probed = probe(request, built.plan, built, dtype)
-            except NeedsConfig as error:
-                return ShapeGuess(plan=None, failure=str(error), constants=error.constants)
-            except UserCodeError as error:
-                return ShapeGuess(plan=None, failure=str(error))
-            except NeedsFloat32 as error:
-                if dtype == "float32":
-                    return ShapeGuess(plan=None, failure=str(error))
-                continue
-            return ShapeGuess(plan=probed.plan, failure=probed.failure or probed.skip_reason)
-    raise AssertionError("unreachable: float32 probing never asks for float32")  # pragma: no cover
-
-
-@contextlib.contextmanager
-def _checking(request: CheckRequest) -> Iterator[None]:
-    """The conditions of one check, and the caller's state put back afterwards.
-
-    The module's own import-time state is applied (its seeds, ``floatx``,
-    directory), then the switches gradcheck needs are pinned (eager, no
-    ``run_functions_eagerly``, no TF32), and the check is placed on the
-    device asked for. Everything, the values of the module's variables
-    included, is as before once the check is over, whatever it did.
-    """
-    tf = _tf.tensorflow()
-    subject = request.subject
-    source = Path(subject.path) if subject.path and not subject.path.startswith("<") else None
-    roots = [import_root(source)] if source is not None and source.is_file() else []
-    with state.preserved(roots):
-        if request.module_state is not None:
-            request.module_state.apply()
-        state.pin_flags()
-        variables = state.reachable_variables(subject.module, extra=(subject.obj, subject.forward))
-        with (
-            state.variables_preserved(variables),
-            # gradcheck's arithmetic (squares of tiny differences, ratios of zeros) is written for
-            # numpy's default error state; a caller's or module's np.seterr(all="raise") is not its own.
-            np.errstate(**state.NUMPY_ERRORS),
-            _tf.quiet_logs(),
-            tf.device(_tf.device_name(request.settings.device)),
-        ):
-            yield
-
-
 def check_subject(request: CheckRequest) -> Result:
     """Check one function or layer; the user's exceptions become ``error`` results, never escape."""
     start = time.perf_counter()
     findings = Findings(dtype=request.settings.dtype)
     subject = request.subject
-    with _checking(request):
+    with check_conditions(request):
         try:
             status = _run(request, findings)
         except SystemExit as exit_:  # the user's code called sys.exit(): not a reason to end the run

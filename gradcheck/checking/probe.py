@@ -16,7 +16,8 @@ from gradcheck.results import format_shape
 
 if TYPE_CHECKING:
     from gradcheck.checking.request import CheckRequest
-from gradcheck.checking.build import SHAPE_ERRORS, Built, NeedsFloat32, dtype_clash, table_key
+from gradcheck.checking.build import SHAPE_ERRORS, Built, NeedsConfig, NeedsFloat32, build, dtype_clash, table_key
+from gradcheck.checking.conditions import check_conditions
 from gradcheck.checking.draws import draw_values
 
 
@@ -182,3 +183,40 @@ def _same_failure_whatever_the_shapes(errors: list[BaseException]) -> bool:
     if len({(type(e), str(e)) for e in errors}) == 1 and len(errors) > 1:
         return True
     return all(type(e).__name__ not in SHAPE_ERRORS for e in errors)
+
+
+@dataclass(frozen=True)
+class ShapeGuess:
+    """What probing found for one function's inputs (``gradcheck init``)."""
+
+    plan: CallPlan | None
+    """The call plan with configured and guessed shapes (guessed arguments say so); None where probing failed."""
+    failure: str | None = None
+    """Why no shapes could be found (forward pass raising, no candidate accepted)."""
+    constants: tuple[tuple[str, str], ...] = ()
+    """Arguments that are Python values, not tensors: each name with the TOML placeholder the config needs."""
+
+
+def guess_shapes(request: CheckRequest) -> ShapeGuess:
+    """Probe small candidate shapes for the inputs the config leaves open, as a check would.
+
+    The same prober as :func:`check_subject` uses, so the shapes ``gradcheck
+    init`` writes are the ones a run would have guessed.
+    """
+    with check_conditions(request):
+        for dtype in dict.fromkeys((request.settings.dtype, "float32")):
+            try:
+                built = build(request, dtype)
+                if not built.plan.unknown:
+                    return ShapeGuess(plan=built.plan)
+                probed = probe(request, built.plan, built, dtype)
+            except NeedsConfig as error:
+                return ShapeGuess(plan=None, failure=str(error), constants=error.constants)
+            except UserCodeError as error:
+                return ShapeGuess(plan=None, failure=str(error))
+            except NeedsFloat32 as error:
+                if dtype == "float32":
+                    return ShapeGuess(plan=None, failure=str(error))
+                continue
+            return ShapeGuess(plan=probed.plan, failure=probed.failure or probed.skip_reason)
+    raise AssertionError("unreachable: float32 probing never asks for float32")  # pragma: no cover
