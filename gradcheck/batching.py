@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gradcheck import _tf
+from gradcheck import _tf, loss
 from gradcheck.arrays import aligned_empty
 from gradcheck.finite_differences import BATCH_FLOATS, EPSILON, BatchedLoss, Perturbations, one_at_a_time
 from gradcheck.inputs import CallPlan
@@ -69,30 +69,12 @@ def stacked_tensor(perturbations: Perturbations, base: np.ndarray, start: int, s
     return tf.reshape(stacked, (stop - start, *perturbations.shape))
 
 
-def _stacked_loss(outputs: list[Any], upstreams: list[Any], rows: int, scaled: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of a stacked evaluation, the loss; raises if rows did not stay apart.
-
-    Reduced inside TensorFlow as one matrix-vector product per output, so
-    only a number per row comes back. With ``scaled``, the first row also
-    gets its rounding scale (NaN for the others): callers only use the scale
-    at the center, which comes first in its stack.
-    """
-    tf = _tf.tensorflow()
-    total = tf.zeros([rows], dtype=tf.float64)
-    scale = tf.zeros([1], dtype=tf.float64)
+def _rows_kept_apart(outputs: list[Any], upstreams: list[Any], rows: int) -> None:
+    """Raise where a stacked evaluation's outputs did not keep the ``rows`` of the stack apart."""
     for output, upstream in zip(outputs, upstreams):
         expected = (rows, *upstream.shape.as_list())
         if tuple(output.shape.as_list()) != expected:
             raise NotBatchable(f"stacked output has shape {tuple(output.shape.as_list())}, expected {expected}")
-        flat = tf.reshape(tf.cast(output, tf.float64), [rows, -1])
-        weights = tf.reshape(upstream, [-1])
-        total += tf.linalg.matvec(flat, weights)
-        if scaled:
-            scale += tf.linalg.matvec(tf.abs(flat[:1]), tf.abs(weights))
-    scales = np.full(rows, np.nan)
-    if scaled:
-        scales[0] = scale.numpy()[0]
-    return total.numpy(), scales
 
 
 class Batcher:
@@ -145,7 +127,8 @@ class Batcher:
             stacked = stacked_tensor(perturbations, base, start, start + rows, leaf.spec.dtype)
             tensors[name] = stacked
             outputs = self.forward.native_outputs(tensors)
-            total, scale = _stacked_loss(outputs, upstream_list, int(stacked.shape[0]), scaled=start == 0)
+            _rows_kept_apart(outputs, upstream_list, int(stacked.shape[0]))
+            total, scale = loss.stacked(outputs, upstream_list, int(stacked.shape[0]), scaled=start == 0)
             totals.append(total)
             scales.append(scale)
         return np.concatenate(totals), np.concatenate(scales)
@@ -187,11 +170,7 @@ class Batcher:
             def one(moved: Any) -> Any:
                 tensors = dict(base)
                 tensors[name] = moved
-                outputs = self.forward.native_outputs(tensors)
-                products = [tf.cast(o, tf.float64) * tf.cast(u, tf.float64) for o, u in zip(outputs, upstream_list)]
-                total = tf.add_n([tf.reduce_sum(p) for p in products])
-                scale = tf.add_n([tf.reduce_sum(tf.abs(p)) for p in products])
-                return tf.stack([total, scale])
+                return loss.traced(self.forward.native_outputs(tensors), upstream_list)
 
             return tf.vectorized_map(one, stacked)
 

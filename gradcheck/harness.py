@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 
 from gradcheck import _tf
-from gradcheck.arrays import product_sums
 from gradcheck.batching import Batcher
 from gradcheck.finite_differences import BatchedLoss
 from gradcheck.inputs import CallPlan
 from gradcheck.instrument import BackwardRecord, Outcome, raised_by_gradcheck, real_float64, to_float64
+from gradcheck.loss import pairing
 from gradcheck.targets import CallTarget
 
 
@@ -284,14 +284,7 @@ class Harness:
 
     def loss(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> tuple[float, float]:
         """``sum_i <upstream_i, output_i>`` and ``sum_i |upstream_i * output_i|`` (its rounding scale)."""
-        outputs = self.outputs(values)
-        total = 0.0
-        scale = 0.0
-        for upstream, output in zip(upstreams, outputs):
-            part, part_scale = product_sums(upstream, output)
-            total += part
-            scale += part_scale
-        return total, scale
+        return pairing(zip(upstreams, self.outputs(values)))
 
     # -- gradients -------------------------------------------------------------
 
@@ -473,17 +466,10 @@ class Harness:
         outcome = self.custom(values, upstreams, "eager")
         if outcome.error is not None:
             raise outcome.error
-        assert outcome.grads is not None
-        total = 0.0
-        scale = 0.0
-        for name, weight in weights.items():
-            grad = outcome.grads.get(name)
-            if grad is None or grad.shape != weight.shape:
-                continue
-            part, part_scale = product_sums(weight, grad)
-            total += part
-            scale += part_scale
-        return total, scale
+        grads = outcome.grads
+        assert grads is not None
+        pairs = ((weight, grads.get(name)) for name, weight in weights.items())
+        return pairing((weight, grad) for weight, grad in pairs if grad is not None and grad.shape == weight.shape)
 
 
 def _same_objects(found: list[Any], known: list[Any]) -> bool:
