@@ -21,6 +21,7 @@ import numpy as np
 
 from gradcheck import _tf
 from gradcheck.batching import Batcher
+from gradcheck.feed import Tensors, Variables, all_frozen, same_objects
 from gradcheck.finite_differences import BatchedLoss
 from gradcheck.inputs import CallPlan
 from gradcheck.instrument import BackwardRecord, Outcome, raised_by_gradcheck, real_float64, to_float64
@@ -55,11 +56,6 @@ class Source:
         return int(np.prod(self.shape, dtype=np.int64))
 
 
-def _default_variable_name(variable: Any) -> str:
-    name = getattr(variable, "name", "variable")
-    return name[:-2] if name.endswith(":0") else name
-
-
 class Harness:
     """Runs one call target with one call plan: forward, custom and native gradients, losses.
 
@@ -72,10 +68,8 @@ class Harness:
     def __init__(self, target: CallTarget, plan: CallPlan, name_variable: Callable[[Any], str] | None = None) -> None:
         self.target = target
         self.plan = plan
-        self._name_variable = name_variable or _default_variable_name
-        self.variables: list[tuple[str, Any]] = []
-        self._originals: dict[str, np.ndarray] = {}
-        self._assigned: dict[str, Any] = {}
+        self._name_variable = name_variable
+        self.variables = Variables([])
         self._graph_vjp: Any = None
         self._graph_records: list[BackwardRecord] = []
         self._graph_native: Any = None
@@ -85,10 +79,7 @@ class Harness:
         self.batching: dict[str, tuple[str, str]] = self._batcher.strategies
         #: Where each float output sits in the result (a dict key, a tuple index), in upstream order.
         self.output_labels: list[str] = []
-        # Per tensor leaf: the array last converted and its tensor. A check converts the same draw for
-        # the forward pass, both custom executions, native autodiff and the center of the finite
-        # differences: for big inputs each conversion costs as much as an elementwise op.
-        self._converted: dict[str, tuple[np.ndarray, Any]] = {}
+        self._tensors = Tensors()
         # The values (by identity) of the last native forward pass and its float outputs (tensors until
         # first asked for as float64 arrays).
         self._forward_memo: tuple[list[Any], list[Any]] | None = None
@@ -125,39 +116,11 @@ class Harness:
         )
         return found
 
-    def variable_values(self) -> dict[str, np.ndarray | None]:
-        """The current value of every variable the forward pass reads."""
-        return {name: to_float64(variable) for name, variable in self.variables}
-
     def as_tensors(self, values: dict[str, Any]) -> dict[str, Any]:
         """TF tensors for the tensor leaves; variables assigned from ``values``."""
-        tensors: dict[str, Any] = {}
-        for leaf in self.plan.leaves:
-            value = values[leaf.name]
-            if leaf.spec is not None:
-                value = self._tensor(leaf.name, value, leaf.spec.dtype)
-            tensors[leaf.name] = value
-        for name, variable in self.variables:
-            value = values.get(name)
-            # Keep the array itself, not its id: ids of freed arrays are reused.
-            if value is not None and self._assigned.get(name) is not value:
-                variable.assign(np.asarray(value, dtype=variable.dtype.as_numpy_dtype))
-                self._assigned[name] = value
+        tensors = self._tensors.leaves(self.plan, values)
+        self.variables.assign(values)
         return tensors
-
-    def _tensor(self, name: str, value: Any, dtype: str) -> Any:
-        """``value`` as a ``dtype`` tensor, converted once while it is the same read-only array."""
-        known = self._converted.get(name)
-        if known is not None and known[0] is value:
-            return known[1]
-        # Only an array nothing can write to stays the same array (the draws are frozen when made), so the
-        # tensor may share its memory (where it is aligned for that) and stand for it from then on.
-        frozen = isinstance(value, np.ndarray) and not value.flags.writeable
-        if not frozen:
-            return _tf.tensorflow().constant(np.asarray(value), dtype=dtype)
-        tensor = _tf.adopt(value, dtype)
-        self._converted[name] = (value, tensor)
-        return tensor
 
     def _memo_key(self, values: dict[str, Any]) -> list[Any]:
         return [values.get(leaf.name) for leaf in self.plan.leaves] + [values.get(n) for n, _ in self.variables]
@@ -167,7 +130,7 @@ class Harness:
         if self._forward_memo is None:
             return None
         key, outputs = self._forward_memo
-        if not _same_objects(self._memo_key(values), key):
+        if not same_objects(self._memo_key(values), key):
             return None
         arrays = [o if isinstance(o, np.ndarray) else real_float64(o) for o in outputs]
         self._forward_memo = (key, arrays)
@@ -175,14 +138,11 @@ class Harness:
 
     def _remember(self, values: dict[str, Any], outputs: list[Any]) -> None:
         key = self._memo_key(values)
-        self._forward_memo = (key, outputs) if _all_frozen(key) else None
+        self._forward_memo = (key, outputs) if all_frozen(key) else None
 
     def restore(self) -> None:
         """Put every variable back to the value it had before the check."""
-        for name, variable in self.variables:
-            if name in self._originals:
-                variable.assign(self._originals[name].astype(variable.dtype.as_numpy_dtype))
-        self._assigned.clear()
+        self.variables.restore()
 
     def _arguments(self, tensors: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         return self.plan.build(lambda leaf: tensors[leaf.name])
@@ -229,7 +189,7 @@ class Harness:
                 result = self.target.native(args, kwargs)
                 # Inside the tape, as in :meth:`_vjp`: a complex output's parts are ops to differentiate.
                 labelled = _tf.differentiable_outputs(result)
-            self._discover_variables(tape.watched_variables())
+            self.variables = Variables.found(tape.watched_variables(), self._name_variable)
             self._keep_first_pass(values, tape, [t for _, t in labelled], watched, keep_tape)
         else:
             args, kwargs = self._arguments(tensors)
@@ -249,7 +209,7 @@ class Harness:
         identity means the same values) and no variables (a forward pass may change those as it reads them,
         so native autodiff runs at the values they have after it)."""
         key = self._memo_key(values)
-        kept = keep and _all_frozen(key) and not self.variables
+        kept = keep and all_frozen(key) and not self.variables
         self._first_pass = (key, tape, targets, watched) if kept else None
 
     def _take_first_pass(self, values: dict[str, Any]) -> tuple[Any, list[Any], list[Any]] | None:
@@ -258,19 +218,7 @@ class Harness:
         if kept is None:
             return None
         key, tape, targets, watched = kept
-        return (tape, targets, watched) if _same_objects(self._memo_key(values), key) else None
-
-    def _discover_variables(self, watched: Any) -> None:
-        named: list[tuple[str, Any]] = []
-        used: set[str] = set()
-        for variable in watched:
-            name = self._name_variable(variable)
-            while name in used:
-                name += "_"
-            used.add(name)
-            named.append((name, variable))
-        self.variables = named
-        self._originals = {name: np.asarray(v.numpy()).copy() for name, v in named}
+        return (tape, targets, watched) if same_objects(self._memo_key(values), key) else None
 
     def native_outputs(self, tensors: dict[str, Any]) -> list[Any]:
         """The float outputs of one native forward call on ``tensors``."""
@@ -290,8 +238,7 @@ class Harness:
 
     def upstream_tensors(self, upstreams: list[np.ndarray]) -> list[Any]:
         """The upstream arrays as tensors of their outputs' dtypes."""
-        specs = self.output_specs or []
-        return [self._tensor(f"upstream {i}", u, s.dtype) for i, (u, s) in enumerate(zip(upstreams, specs))]
+        return self._tensors.upstreams(upstreams, [s.dtype for s in self.output_specs or []])
 
     def _vjp(
         self,
@@ -386,7 +333,7 @@ class Harness:
         if ahead is None:
             return None
         key, ahead_upstreams, outcome = ahead
-        return outcome if _same_objects([*self._memo_key(values), *upstreams], [*key, *ahead_upstreams]) else None
+        return outcome if same_objects([*self._memo_key(values), *upstreams], [*key, *ahead_upstreams]) else None
 
     def native(self, values: dict[str, Any], upstreams: list[np.ndarray], execution: str = "eager") -> Outcome:
         """Native autodiff of the same forward pass: the backward function is never called."""
@@ -470,13 +417,3 @@ class Harness:
         assert grads is not None
         pairs = ((weight, grads.get(name)) for name, weight in weights.items())
         return pairing((weight, grad) for weight, grad in pairs if grad is not None and grad.shape == weight.shape)
-
-
-def _same_objects(found: list[Any], known: list[Any]) -> bool:
-    """Whether two value lists hold the very same objects, in order (frozen arrays: the same values)."""
-    return len(found) == len(known) and all(a is b for a, b in zip(found, known))
-
-
-def _all_frozen(key: list[Any]) -> bool:
-    """Whether every array among ``key`` is read-only, so that its identity stands for its values."""
-    return all(not isinstance(v, np.ndarray) or not v.flags.writeable for v in key)

@@ -267,7 +267,7 @@ def test_a_forward_pass_that_reads_variables_is_not_reused() -> None:
     values = {"x": np.ones(2)}
     values["x"].flags.writeable = False
     harness.outputs(values, keep_tape=True)
-    values.update(harness.variable_values())
+    values.update(harness.variables.values())
     native = harness.native(values, [np.ones(2)])
     assert len(calls) == 2
     assert np.array_equal(native.grads["x"], np.full(2, 3.0))  # the value the second pass read

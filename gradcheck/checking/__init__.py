@@ -233,7 +233,7 @@ def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         values, _ = frozen(draw_values(plan, subject_rng(settings.seed, request.subject.name, 0)), [])
         outputs = harness.outputs(values, keep_tape=settings.compares_native)
         # The first forward pass found the variables: draw 0 holds their values as they are.
-        values.update(harness.variable_values())
+        values.update(harness.variables.values())
     except Exception as error:  # the forward pass raised
         if raised_by_gradcheck(error) or isinstance(error, InputTooLarge):
             raise

@@ -18,6 +18,7 @@ import numpy as np
 from gradcheck import _tf, nesting
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, message_of
 from gradcheck.config import VariableValue
+from gradcheck.feed import default_variable_name
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, plan_call
 from gradcheck.instrument import Outcome, raised_by_gradcheck
@@ -272,8 +273,7 @@ def variable_namer(request: CheckRequest, owner: Any) -> Callable[[Any], str]:
                     continue
                 if value is variable or (_tf.is_keras_variable(value) and value.value is variable):
                     return key
-        text = getattr(variable, "name", "variable")
-        return text[:-2] if text.endswith(":0") else text
+        return default_variable_name(variable)
 
     return name
 
