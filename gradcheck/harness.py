@@ -25,7 +25,7 @@ from gradcheck.feed import Tensors, Variables, all_frozen, same_objects
 from gradcheck.finite_differences import BatchedLoss
 from gradcheck.inputs import CallPlan
 from gradcheck.instrument import BackwardRecord, Outcome, raised_by_gradcheck, real_float64, to_float64
-from gradcheck.loss import pairing
+from gradcheck.loss import Draw, pairing
 from gradcheck.targets import CallTarget
 
 
@@ -59,8 +59,7 @@ class Source:
 class Harness:
     """Runs one call target with one call plan: forward, custom and native gradients, losses.
 
-    ``values`` everywhere is a dict from a leaf argument's or a variable's
-    name to a float64 (or integer) numpy array, or the constant itself.
+    ``values`` everywhere is a :class:`~gradcheck.loss.Draw`'s values.
     Variables are set from ``values`` before each call, and :meth:`restore`
     puts the user's values back.
     """
@@ -230,9 +229,9 @@ class Harness:
         """Elements in all float outputs of the forward pass together (0 before the first :meth:`outputs`)."""
         return sum(int(np.prod(s.shape, dtype=np.int64)) for s in self.output_specs or [])
 
-    def loss(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> tuple[float, float]:
+    def loss(self, draw: Draw) -> tuple[float, float]:
         """``sum_i <upstream_i, output_i>`` and ``sum_i |upstream_i * output_i|`` (its rounding scale)."""
-        return pairing(zip(upstreams, self.outputs(values)))
+        return pairing(zip(draw.upstreams, self.outputs(draw.values)))
 
     # -- gradients -------------------------------------------------------------
 
@@ -260,15 +259,15 @@ class Harness:
             forward[:] = targets
         return tape.gradient(targets, sources, output_gradients=upstream_list)
 
-    def custom(self, values: dict[str, Any], upstreams: list[np.ndarray], execution: str) -> Outcome:
+    def custom(self, draw: Draw, execution: str) -> Outcome:
         """The custom vector-Jacobian product, through TensorFlow's own custom_gradient."""
         if execution == "function":
-            return self._custom_function(values, upstreams)
+            return self._custom_function(draw)
         records: list[BackwardRecord] = []
         try:
-            tensors = self.as_tensors(values)
+            tensors = self.as_tensors(draw.values)
             grads = self._vjp(
-                lambda a, k: self.target.custom(a, k, records, True), tensors, self.upstream_tensors(upstreams)
+                lambda a, k: self.target.custom(a, k, records, True), tensors, self.upstream_tensors(draw.upstreams)
             )
         except Exception as error:  # the user's code (or TF on its behalf) raised
             if raised_by_gradcheck(error):
@@ -295,55 +294,55 @@ class Harness:
         # so TensorFlow does not call one trace per checked function "retracing".
         return tf.function(functools.partial(vjp), autograph=False), names, nones
 
-    def _run_graph(
-        self, graph: tuple[Any, list[str], list[bool]], values: dict[str, Any], upstreams: list[np.ndarray]
-    ) -> dict[str, np.ndarray | None]:
+    def _run_graph(self, graph: tuple[Any, list[str], list[bool]], draw: Draw) -> dict[str, np.ndarray | None]:
         function, names, nones = graph
-        tensors = self.as_tensors(values)
-        grads = function([tensors[n] for n in names], self.upstream_tensors(upstreams))
+        tensors = self.as_tensors(draw.values)
+        grads = function([tensors[n] for n in names], self.upstream_tensors(draw.upstreams))
         dense = self._densify(list(grads))
         for source, is_none in zip(self.sources, nones):
             if is_none:
                 dense[source.name] = None
         return dense
 
-    def _custom_function(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> Outcome:
+    def _custom_function(self, draw: Draw) -> Outcome:
         if self._graph_vjp is None:
             records = self._graph_records
             self._graph_vjp = self._graph(lambda a, k: self.target.custom(a, k, records, False))
         try:
-            dense = self._run_graph(self._graph_vjp, values, upstreams)
+            dense = self._run_graph(self._graph_vjp, draw)
         except Exception as error:  # the user's code raised while tracing or running
             if raised_by_gradcheck(error):
                 raise
             return Outcome("function", self._graph_records, error=error)
         return Outcome("function", self._graph_records, grads=dense)
 
-    def native_ahead(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> None:
-        """Native autodiff now, from the kept first forward pass (if it ran on ``values``), for :meth:`native` to
-        give when asked at the same values and upstreams. The tape, and with it every intermediate of the
+    def native_ahead(self, draw: Draw) -> None:
+        """Native autodiff now, from the kept first forward pass (if it ran on the draw's values), for
+        :meth:`native` to give when asked at the same draw. The tape, and with it every intermediate of the
         forward pass, is then freed before the custom gradient runs: a check's peak memory stays that of
         one pass, where a kept tape would add a whole forward pass's intermediates to it."""
         if self._first_pass is not None:
-            outcome = self.native(values, upstreams)
-            self._native_ahead = (self._memo_key(values), list(upstreams), outcome)
+            outcome = self.native(draw)
+            self._native_ahead = (self._memo_key(draw.values), list(draw.upstreams), outcome)
 
-    def _take_native_ahead(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> Outcome | None:
+    def _take_native_ahead(self, draw: Draw) -> Outcome | None:
         ahead, self._native_ahead = self._native_ahead, None
         if ahead is None:
             return None
         key, ahead_upstreams, outcome = ahead
-        return outcome if same_objects([*self._memo_key(values), *upstreams], [*key, *ahead_upstreams]) else None
+        found = [*self._memo_key(draw.values), *draw.upstreams]
+        return outcome if same_objects(found, [*key, *ahead_upstreams]) else None
 
-    def native(self, values: dict[str, Any], upstreams: list[np.ndarray], execution: str = "eager") -> Outcome:
+    def native(self, draw: Draw, execution: str = "eager") -> Outcome:
         """Native autodiff of the same forward pass: the backward function is never called."""
-        if execution == "eager" and (ahead := self._take_native_ahead(values, upstreams)) is not None:
+        if execution == "eager" and (ahead := self._take_native_ahead(draw)) is not None:
             return ahead
+        values, upstreams = draw.values, draw.upstreams
         try:
             if execution == "function":
                 if self._graph_native is None:
                     self._graph_native = self._graph(self.target.native)
-                return Outcome("function", grads=self._run_graph(self._graph_native, values, upstreams))
+                return Outcome("function", grads=self._run_graph(self._graph_native, draw))
             tensors = self.as_tensors(values)
             forward: list[Any] = []
             kept = self._take_first_pass(values)
@@ -361,9 +360,7 @@ class Harness:
             self._remember(values, forward)
         return Outcome(execution, grads=self._densify(grads))
 
-    def second_order(
-        self, values: dict[str, Any], upstreams: list[np.ndarray], weights: dict[str, np.ndarray], path: str
-    ) -> Outcome:
+    def second_order(self, draw: Draw, weights: dict[str, np.ndarray], path: str) -> Outcome:
         """The gradient of ``sum_j <weights_j, first-order gradient_j>`` with respect to every source.
 
         ``path`` is ``custom`` (differentiating through the user's backward
@@ -373,12 +370,12 @@ class Harness:
         records: list[BackwardRecord] = []
         call = (lambda a, k: self.target.custom(a, k, records, True)) if path == "custom" else self.target.native
         try:
-            tensors = self.as_tensors(values)
+            tensors = self.as_tensors(draw.values)
             sources = self._source_tensors(tensors)
             with tf.GradientTape(watch_accessed_variables=False) as outer:
                 for source in sources:
                     outer.watch(source)
-                first = self._vjp(call, tensors, self.upstream_tensors(upstreams))
+                first = self._vjp(call, tensors, self.upstream_tensors(draw.upstreams))
                 total = tf.constant(0.0, dtype=tf.float64)
                 for source, grad in zip(self.sources, first):
                     if grad is None or source.name not in weights:
@@ -395,7 +392,7 @@ class Harness:
 
     # -- batched losses for finite differences -------------------------------
 
-    def losses(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> BatchedLoss:
+    def losses(self, draw: Draw) -> BatchedLoss:
         """The loss at many perturbations of one input, in as few forward calls as the function allows.
 
         Three ways, tried in order and validated once per input against
@@ -404,13 +401,11 @@ class Harness:
         broadcast over it, as elementwise ops and matmul do),
         ``tf.vectorized_map`` over them, or a loop.
         """
-        return self._batcher.losses(values, upstreams)
+        return self._batcher.losses(draw)
 
-    def first_order_loss(
-        self, values: dict[str, Any], upstreams: list[np.ndarray], weights: dict[str, np.ndarray]
-    ) -> tuple[float, float]:
+    def first_order_loss(self, draw: Draw, weights: dict[str, np.ndarray]) -> tuple[float, float]:
         """``sum_j <weights_j, custom gradient_j>``: the function whose gradient second order checks."""
-        outcome = self.custom(values, upstreams, "eager")
+        outcome = self.custom(draw, "eager")
         if outcome.error is not None:
             raise outcome.error
         grads = outcome.grads

@@ -1,6 +1,8 @@
-"""The loss a check differentiates, and its rounding scale, in the three places it is evaluated.
+"""The loss a check differentiates, and its rounding scale, in the three places it is evaluated; a draw.
 
-The loss at a draw is ``sum_i <upstream_i, output_i>`` over the float
+A :class:`Draw` is where a loss is evaluated: the values the forward pass
+runs on and the upstream gradients that weigh its outputs. The loss at a
+draw is ``sum_i <upstream_i, output_i>`` over the float
 outputs of the forward pass, each upstream gradient weighing its output;
 its rounding scale is ``sum_i sum |upstream_i * output_i|``, what the
 rounding of the sum is measured against. It is evaluated at one point in
@@ -14,12 +16,26 @@ built on each must stay the same to the last bit.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from gradcheck import _tf
 from gradcheck.arrays import product_sums
+
+
+@dataclass(frozen=True, eq=False)
+class Draw:
+    """The values a forward pass runs on and the upstream gradients, one per float output, of its loss."""
+
+    values: dict[str, Any]
+    """A leaf argument's or a variable's name -> a float64 (or integer) numpy array, or the constant itself."""
+    upstreams: list[np.ndarray]
+
+    def at(self, values: dict[str, Any]) -> Draw:
+        """The same upstream gradients at other values (a perturbed point of the finite differences)."""
+        return Draw(values, self.upstreams)
 
 
 def pairing(pairs: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float]:

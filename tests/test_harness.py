@@ -12,6 +12,7 @@ from gradcheck import compare
 from gradcheck.finite_differences import Perturbations
 from gradcheck.harness import Harness
 from gradcheck.inputs import Argument, CallPlan, TensorSpec, tensor_argument
+from gradcheck.loss import Draw
 from gradcheck.targets import FunctionTarget
 from tests.helpers import directional_derivative
 
@@ -38,14 +39,14 @@ def test_harness_records_what_the_backward_returned() -> None:
     values = {"x": np.arange(3.0), "w": np.ones(3)}
     harness.outputs(values)
     for execution in ("eager", "function"):
-        outcome = harness.custom(values, [np.ones(3)], execution)
+        outcome = harness.custom(Draw(values, [np.ones(3)]), execution)
         assert outcome.ok
         assert outcome.record.calls == 1
         assert [(g.kind, g.shape, g.dtype) for g in outcome.record.returned] == [
             ("tensor", (3,), "float64"),
             ("tensor", (), "float64"),
         ]
-    native = harness.native(values, [np.ones(3)])
+    native = harness.native(Draw(values, [np.ones(3)]))
     assert np.allclose(native.grads["w"], np.arange(3.0))
 
 
@@ -66,7 +67,7 @@ def test_harness_traces_tf_function_once() -> None:
     traces.clear()
     for seed in range(3):
         values = {"x": np.random.default_rng(seed).standard_normal(4)}
-        assert harness.custom(values, [np.ones(4)], "function").ok
+        assert harness.custom(Draw(values, [np.ones(4)]), "function").ok
     assert len(traces) == 1
 
 
@@ -82,9 +83,9 @@ def test_projection_of_custom_gradient_matches_finite_differences() -> None:
     x = np.linspace(-1, 1, 5)
     upstream = [np.arange(1.0, 6.0)]
     harness.outputs({"x": x})
-    custom = harness.custom({"x": x}, upstream, "eager").grads["x"]
+    custom = harness.custom(Draw({"x": x}, upstream), "eager").grads["x"]
     direction = np.random.default_rng(0).standard_normal(5)
-    estimate = directional_derivative(harness.losses({"x": x}, upstream), "x", direction, 6e-6, "float64")
+    estimate = directional_derivative(harness.losses(Draw({"x": x}, upstream)), "x", direction, 6e-6, "float64")
     verdict = compare.compare_projection(
         custom, direction, estimate.value, estimate.error, compare.tolerance("float64", "numeric")
     )
@@ -107,7 +108,7 @@ def test_batched_losses_leave_no_reference_cycles() -> None:
     rng = np.random.default_rng(0)
     values = {"A": rng.standard_normal((8, 8)), "W": rng.standard_normal((8, 8))}
     harness.outputs(values)
-    losses = harness.losses(values, [rng.standard_normal((8, 8))])
+    losses = harness.losses(Draw(values, [rng.standard_normal((8, 8))]))
     stack = Perturbations.sparse((8, 8), np.arange(4), np.arange(4), np.full(4, 1e-3), 4)
     losses("A", stack)  # chooses and caches the batching strategy
     assert harness.batching["A"][0] == "stack"
@@ -142,9 +143,9 @@ def test_strategy_is_chosen_on_the_first_stack_of_several_rows() -> None:
 
     harness, values, upstreams = _sin_harness(f)
     stack = _directed(5)
-    totals, scales = harness.losses(values, upstreams)("x", stack)
+    totals, scales = harness.losses(Draw(values, upstreams))("x", stack)
     assert harness.batching["x"] == ("stack", "")
-    expected = [harness.loss({"x": values["x"] + stack.row(i)}, upstreams) for i in range(5)]
+    expected = [harness.loss(Draw({"x": values["x"] + stack.row(i)}, upstreams)) for i in range(5)]
     assert np.allclose(totals, [t for t, _ in expected], rtol=1e-13, atol=0)
     assert scales[0] == pytest.approx(expected[0][1], rel=1e-13)
 
@@ -155,9 +156,9 @@ def test_a_function_that_mixes_the_rows_of_a_stack_is_not_stacked() -> None:
 
     harness, values, upstreams = _sin_harness(f)
     stack = _directed(5)
-    totals, _ = harness.losses(values, upstreams)("x", stack)
+    totals, _ = harness.losses(Draw(values, upstreams))("x", stack)
     assert harness.batching["x"][0] != "stack"
-    expected = [harness.loss({"x": values["x"] + stack.row(i)}, upstreams)[0] for i in range(5)]
+    expected = [harness.loss(Draw({"x": values["x"] + stack.row(i)}, upstreams))[0] for i in range(5)]
     assert np.allclose(totals, expected, rtol=1e-12, atol=0)
 
 
@@ -198,12 +199,12 @@ def test_native_autodiff_leaves_the_center_of_the_finite_differences_behind() ->
     upstreams = [np.ones(3)]
     harness.outputs(values)
     calls.clear()
-    harness.native(values, upstreams)
-    assert harness.loss(values, upstreams) == (5.0, 5.0)
+    harness.native(Draw(values, upstreams))
+    assert harness.loss(Draw(values, upstreams)) == (5.0, 5.0)
     assert len(calls) == 1  # the loss reused native autodiff's forward pass
     moved = {"x": np.array([1.0, 1.0, 1.0])}
     moved["x"].flags.writeable = False
-    assert harness.loss(moved, upstreams) == (3.0, 3.0)
+    assert harness.loss(Draw(moved, upstreams)) == (3.0, 3.0)
     assert len(calls) == 2
 
 
@@ -226,11 +227,11 @@ def test_native_autodiff_at_the_first_draw_reuses_the_first_forward_pass() -> No
     values["x"].flags.writeable = False
     upstreams = [np.array([1.0, 2.0, 3.0])]
     harness.outputs(values, keep_tape=True)
-    native = harness.native(values, upstreams)
+    native = harness.native(Draw(values, upstreams))
     assert len(calls) == 1
     assert np.array_equal(native.grads["x"], 2.0 * np.arange(3.0) * upstreams[0])
     # The tape is given out once: native autodiff again runs a forward pass of its own.
-    again = harness.native(values, upstreams)
+    again = harness.native(Draw(values, upstreams))
     assert len(calls) == 2
     assert np.array_equal(again.grads["x"], native.grads["x"])
 
@@ -244,7 +245,7 @@ def test_the_first_forward_pass_is_not_reused_where_it_may_not_fit(case: str) ->
     harness.outputs(values, keep_tape=case != "not kept")
     later = {"x": np.arange(3.0) + 1.0} if case == "other values" else values
     later["x"].flags.writeable = case == "writable"
-    native = harness.native(later, [np.ones(3)])
+    native = harness.native(Draw(later, [np.ones(3)]))
     assert len(calls) == 2
     assert np.array_equal(native.grads["x"], 2.0 * later["x"])
 
@@ -268,7 +269,7 @@ def test_a_forward_pass_that_reads_variables_is_not_reused() -> None:
     values["x"].flags.writeable = False
     harness.outputs(values, keep_tape=True)
     values.update(harness.variables.values())
-    native = harness.native(values, [np.ones(2)])
+    native = harness.native(Draw(values, [np.ones(2)]))
     assert len(calls) == 2
     assert np.array_equal(native.grads["x"], np.full(2, 3.0))  # the value the second pass read
 
@@ -282,8 +283,8 @@ def test_the_kept_tape_differentiates_through_complex_arguments_built_from_their
         array.flags.writeable = False
     upstreams = [rng.standard_normal(2) for _ in range(2)]
     harness.outputs(values, keep_tape=True)
-    kept = harness.native(values, upstreams)
-    fresh = harness.native(values, upstreams)
+    kept = harness.native(Draw(values, upstreams))
+    fresh = harness.native(Draw(values, upstreams))
     assert kept.grads.keys() == fresh.grads.keys() and len(kept.grads) == 2
     for name in kept.grads:
         assert np.allclose(kept.grads[name], fresh.grads[name]) and np.any(kept.grads[name] != 0)
@@ -309,13 +310,13 @@ def test_native_autodiff_ahead_frees_the_first_pass_and_is_given_once_at_the_sam
     for array in (values["x"], upstreams[0]):
         array.flags.writeable = False
     harness.outputs(values, keep_tape=True)
-    harness.native_ahead(values, upstreams)
+    harness.native_ahead(Draw(values, upstreams))
     gc.collect()
     assert len(calls) == 1 and intermediates[0]() is None  # the tape and its intermediates are gone
-    native = harness.native(values, upstreams)
+    native = harness.native(Draw(values, upstreams))
     assert len(calls) == 1
     assert np.allclose(native.grads["x"], np.exp(np.arange(3.0)) / (np.exp(np.arange(3.0)) + 1.0))
     other = [np.ones(3)]  # equal, but another array: computed afresh
-    harness.native_ahead(values, upstreams)  # nothing kept any more: does nothing
-    assert np.array_equal(harness.native(values, other).grads["x"], native.grads["x"])
+    harness.native_ahead(Draw(values, upstreams))  # nothing kept any more: does nothing
+    assert np.array_equal(harness.native(Draw(values, other)).grads["x"], native.grads["x"])
     assert len(calls) == 2

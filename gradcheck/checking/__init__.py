@@ -49,7 +49,7 @@ from gradcheck.checking.build import (
     keyword_convention,
     table_key,
 )
-from gradcheck.checking.draws import Draws, InputTooLarge, draw_values, frozen, input_records, redraw_layer_weights
+from gradcheck.checking.draws import Draws, InputTooLarge, draw_values, freeze, input_records, redraw_layer_weights
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
 from gradcheck.checking.findings import Findings, Prepared
 from gradcheck.checking.probe import probe
@@ -59,6 +59,7 @@ from gradcheck.discovery import import_root
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, subject_rng
 from gradcheck.instrument import Outcome, raised_by_gradcheck
+from gradcheck.loss import Draw
 from gradcheck.results import Problem, Result, format_shape
 from gradcheck.targets import ReachingTarget, WrapperTarget
 
@@ -143,14 +144,14 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
     prepared = _prepare(request, findings, keywords)
     if not isinstance(prepared, Prepared):
         return prepared
-    values, upstreams = prepared.draws(0)
-    outputs = prepared.outputs if prepared.outputs is not None else prepared.harness.outputs(values)
+    draw = prepared.draws(0)
+    outputs = prepared.outputs if prepared.outputs is not None else prepared.harness.outputs(draw.values)
     if any(not np.all(np.isfinite(o)) for o in outputs):
         findings.problems.append(_non_finite_forward())
         if findings.redrawn_because:  # draws gradcheck narrowed itself: narrower ones may still fit
             findings.domain.append("the forward output was NaN or Inf")
         return "failed"
-    outcomes = {e: prepared.harness.custom(values, upstreams, e) for e in request.settings.executions}
+    outcomes = {e: prepared.harness.custom(draw, e) for e in request.settings.executions}
     retry = keyword_convention(prepared.plan, request.subject.kind, outcomes, keywords)
     if retry:
         prepared.harness.restore()
@@ -164,7 +165,7 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         if status is not None:
             return status
         if findings.numeric_only:
-            outcomes = _as_written(prepared, values, upstreams, request.settings.executions)
+            outcomes = _as_written(prepared, draw, request.settings.executions)
     findings.backward_line = findings.backward_line or _backward_line(outcomes)
     audited = _audit(request, prepared, outcomes, findings)
     if any(p.check == "exception" for p in findings.problems):
@@ -191,9 +192,7 @@ def _reached(
     return request, None
 
 
-def _as_written(
-    prepared: Prepared, values: dict[str, Any], upstreams: list[np.ndarray], executions: tuple[str, ...]
-) -> dict[str, Outcome]:
+def _as_written(prepared: Prepared, draw: Draw, executions: tuple[str, ...]) -> dict[str, Outcome]:
     """TensorFlow's gradient of a subject that reaches no custom gradient, its code run as written.
 
     The first run made every ``tf.function`` plain Python to see the custom
@@ -205,7 +204,7 @@ def _as_written(
     if isinstance(target, ReachingTarget):
         target.as_written = True
     prepared.harness.forget_traces()
-    return {e: prepared.harness.custom(values, upstreams, e) for e in executions}
+    return {e: prepared.harness.custom(draw, e) for e in executions}
 
 
 def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]) -> Prepared | str | _Retry:
@@ -230,7 +229,8 @@ def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]
     settings = request.settings
     try:
         # Frozen before the first forward pass, so that its tensors and its tape serve the later passes too.
-        values, _ = frozen(draw_values(plan, subject_rng(settings.seed, request.subject.name, 0)), [])
+        values = draw_values(plan, subject_rng(settings.seed, request.subject.name, 0))
+        freeze(values.values())
         outputs = harness.outputs(values, keep_tape=settings.compares_native)
         # The first forward pass found the variables: draw 0 holds their values as they are.
         values.update(harness.variables.values())
@@ -256,7 +256,7 @@ def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         findings.skip_reason = empty
         return "skipped"
     findings.note(*draw_loop.complex_notes(harness.output_labels))
-    harness.native_ahead(*draws(0))
+    harness.native_ahead(draws(0))
     return Prepared(built, plan, harness, draws, None if redrawn else outputs)
 
 

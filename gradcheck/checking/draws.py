@@ -4,6 +4,7 @@ layer weights redrawn; the inputs as fed, for the report."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ from gradcheck import _tf
 from gradcheck.arrays import standard_normal
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, draw_tensor, subject_rng
+from gradcheck.loss import Draw
 from gradcheck.results import InputRecord, format_shape
 
 if TYPE_CHECKING:
@@ -32,18 +34,18 @@ class Draws:
     name: str
     plan: CallPlan
     harness: Harness
-    _made: dict[int, tuple[dict[str, Any], list[np.ndarray]]] = field(default_factory=dict)
+    _made: dict[int, Draw] = field(default_factory=dict)
 
     def first(self, values: dict[str, Any]) -> None:
         """Record draw 0 (the values the first forward pass ran on)."""
-        self._made[0] = frozen(values, self.upstreams(0))
+        self._made[0] = _frozen(values, self.upstreams(0))
 
-    def __call__(self, index: int) -> tuple[dict[str, Any], list[np.ndarray]]:
+    def __call__(self, index: int) -> Draw:
         if index not in self._made:
             values = draw_values(self.plan, subject_rng(self.seed, self.name, index))
-            first = self._made[0][0]
+            first = self._made[0].values
             values.update({name: first[name] for name, _ in self.harness.variables})
-            self._made[index] = frozen(values, self.upstreams(index))
+            self._made[index] = _frozen(values, self.upstreams(index))
         return self._made[index]
 
     def upstreams(self, index: int) -> list[np.ndarray]:
@@ -52,12 +54,16 @@ class Draws:
         return [standard_normal(rng, spec.shape) for spec in self.harness.output_specs or []]
 
 
-def frozen(values: dict[str, Any], upstreams: list[np.ndarray]) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """A draw whose arrays cannot change: the harness then converts each to a tensor only once."""
-    for array in [*values.values(), *upstreams]:
+def freeze(arrays: Iterable[Any]) -> None:
+    """Make the arrays among ``arrays`` read-only: the harness then converts each to a tensor only once."""
+    for array in arrays:
         if isinstance(array, np.ndarray):
             array.flags.writeable = False
-    return values, upstreams
+
+
+def _frozen(values: dict[str, Any], upstreams: list[np.ndarray]) -> Draw:
+    freeze([*values.values(), *upstreams])
+    return Draw(values, upstreams)
 
 
 def redraw_layer_weights(values: dict[str, Any], layer: Any, harness: Harness, rng: np.random.Generator) -> None:

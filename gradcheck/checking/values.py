@@ -55,14 +55,14 @@ def compare_values(
         findings.problems.extend(differing)
     skip = {p.input for p in findings.problems if p.check in ("shape", "variables", "count") and p.input}
     skip |= not_tensors
-    values, upstreams = prepared.draws(0)
+    draw = prepared.draws(0)
     wide, note = reference_harness(
         request.subject.kind,
         findings.dtype,
         prepared.built,
         prepared.plan,
         prepared.harness,
-        values,
+        draw.values,
         settings.compares_native,
     )
     findings.reference_harness = wide
@@ -73,8 +73,7 @@ def compare_values(
         prepared.harness,
         wide,
         prepared.plan,
-        values,
-        upstreams,
+        draw,
         subject_name=request.subject.name,
         numeric_only_table=table_key(request) if findings.numeric_only else None,
     )
