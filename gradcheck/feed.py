@@ -24,6 +24,11 @@ def same_objects(found: list[Any], known: list[Any]) -> bool:
     return len(found) == len(known) and all(a is b for a, b in zip(found, known))
 
 
+def identity_key(plan: CallPlan, variables: Variables, values: dict[str, Any]) -> list[Any]:
+    """What a forward pass at ``values`` runs on, by identity: each leaf's value, then each variable's."""
+    return [values.get(leaf.name) for leaf in plan.leaves] + [values.get(name) for name, _ in variables]
+
+
 def all_frozen(key: list[Any]) -> bool:
     """Whether every array among ``key`` is read-only, so that its identity stands for its values."""
     return all(not isinstance(v, np.ndarray) or not v.flags.writeable for v in key)

@@ -7,7 +7,8 @@ function returned and whether TensorFlow called it at all, natively (autodiff
 of the undecorated forward under a ``GradientTape``), eagerly or inside a
 ``tf.function``, and forward only, batched (:mod:`gradcheck.batching`), for
 the finite differences of :mod:`gradcheck.finite_differences`. It computes,
-never judges.
+never judges. A harness is built from the first forward pass
+(:mod:`gradcheck.first_pass`), which found the outputs and the variables.
 """
 
 from __future__ import annotations
@@ -21,20 +22,13 @@ import numpy as np
 
 from gradcheck import _tf
 from gradcheck.batching import Batcher
-from gradcheck.feed import Tensors, Variables, all_frozen, same_objects
+from gradcheck.feed import all_frozen, identity_key, same_objects
 from gradcheck.finite_differences import BatchedLoss
+from gradcheck.first_pass import FirstPass, dense
 from gradcheck.inputs import CallPlan
-from gradcheck.instrument import BackwardRecord, Outcome, raised_by_gradcheck, real_float64, to_float64
+from gradcheck.instrument import BackwardRecord, Outcome, raised_by_gradcheck, real_float64
 from gradcheck.loss import Draw, pairing
 from gradcheck.targets import CallTarget
-
-
-@dataclass(frozen=True)
-class OutputSpec:
-    """One float output of the forward pass, which gets a random upstream."""
-
-    shape: tuple[int, ...]
-    dtype: str
 
 
 @dataclass(frozen=True)
@@ -64,30 +58,27 @@ class Harness:
     puts the user's values back.
     """
 
-    def __init__(self, target: CallTarget, plan: CallPlan, name_variable: Callable[[Any], str] | None = None) -> None:
+    def __init__(self, target: CallTarget, plan: CallPlan, first: FirstPass) -> None:
         self.target = target
         self.plan = plan
-        self._name_variable = name_variable
-        self.variables = Variables([])
+        self.variables = first.variables
+        self.output_specs = first.specs
+        #: Where each float output sits in the result (a dict key, a tuple index), in upstream order.
+        self.output_labels = first.labels
+        self._tensors = first.tensors
         self._graph_vjp: Any = None
         self._graph_records: list[BackwardRecord] = []
         self._graph_native: Any = None
-        self.output_specs: list[OutputSpec] | None = None
         self._batcher = Batcher(self)
         #: Per input: how its finite differences are batched (``stack``, ``vectorized``, ``loop``) and why.
         self.batching: dict[str, tuple[str, str]] = self._batcher.strategies
-        #: Where each float output sits in the result (a dict key, a tuple index), in upstream order.
-        self.output_labels: list[str] = []
-        self._tensors = Tensors()
         # The values (by identity) of the last native forward pass and its float outputs (tensors until
         # first asked for as float64 arrays).
         self._forward_memo: tuple[list[Any], list[Any]] | None = None
-        # The first forward pass, taped, kept for native autodiff at the same draw (:meth:`native`): its
-        # values (by identity), its tape, its float outputs and the watched input tensors.
-        self._first_pass: tuple[list[Any], Any, list[Any], list[Any]] | None = None
-        # Native autodiff computed from that tape ahead of time (:meth:`native_ahead`): its values and
-        # upstreams (by identity) and its outcome.
-        self._native_ahead: tuple[list[Any], list[Any], Outcome] | None = None
+        if first.key is not None:
+            self._forward_memo = (first.key, first.outputs)
+        # Native autodiff at the first draw, from the first pass's tape: given once, at that very draw.
+        self._native_ahead = first.native
 
     def forget_traces(self) -> None:
         """Drop the ``tf.function`` legs traced so far and the remembered forward pass: the target is called
@@ -96,7 +87,6 @@ class Harness:
         self._graph_native = None
         self._graph_records = []
         self._forward_memo = None  # its outputs came from the target called the old way
-        self._first_pass = None
         self._native_ahead = None
 
     # -- sources and values ----------------------------------------------------
@@ -122,7 +112,7 @@ class Harness:
         return tensors
 
     def _memo_key(self, values: dict[str, Any]) -> list[Any]:
-        return [values.get(leaf.name) for leaf in self.plan.leaves] + [values.get(n) for n, _ in self.variables]
+        return identity_key(self.plan, self.variables, values)
 
     def _remembered(self, values: dict[str, Any]) -> list[np.ndarray] | None:
         """The float outputs at ``values`` if the last native forward pass ran on these very (frozen) arrays."""
@@ -153,71 +143,17 @@ class Harness:
         return [tensors[a.name] for a in self.plan.differentiable] + [v for _, v in self.variables]
 
     def _densify(self, grads: list[Any]) -> dict[str, np.ndarray | None]:
-        tf = _tf.tensorflow()
-        dense: dict[str, np.ndarray | None] = {}
-        for source, grad in zip(self.sources, grads):
-            if grad is None:
-                dense[source.name] = None
-                continue
-            if isinstance(grad, tf.IndexedSlices):
-                grad = tf.convert_to_tensor(grad)
-            dense[source.name] = to_float64(grad)
-        return dense
+        return dense([s.name for s in self.sources], grads)
 
     # -- forward ---------------------------------------------------------------
 
-    def outputs(self, values: dict[str, Any], keep_tape: bool = False) -> list[np.ndarray]:
-        """The float outputs of the forward pass (native path), eagerly, as float64.
-
-        The first call also finds the variables the forward pass reads. With
-        ``keep_tape`` it also keeps its tape for native autodiff at the same
-        (frozen) values, which then needs no forward pass of its own; the
-        caller frees it soon with :meth:`native_ahead` (or :meth:`native`).
-        """
-        tf = _tf.tensorflow()
-        if self.output_specs is not None and (remembered := self._remembered(values)) is not None:
+    def outputs(self, values: dict[str, Any]) -> list[np.ndarray]:
+        """The float outputs of the forward pass (native path), eagerly, as float64."""
+        if (remembered := self._remembered(values)) is not None:
             return remembered
-        tensors = self.as_tensors(values)
-        if self.output_specs is None:
-            with tf.GradientTape(watch_accessed_variables=True) as tape:
-                watched = [tensors[a.name] for a in self.plan.differentiable] if keep_tape else []
-                for source in watched:
-                    tape.watch(source)
-                # Inside the tape, as in :meth:`_vjp`: a complex argument is built from its parts by ops.
-                args, kwargs = self._arguments(tensors)
-                result = self.target.native(args, kwargs)
-                # Inside the tape, as in :meth:`_vjp`: a complex output's parts are ops to differentiate.
-                labelled = _tf.differentiable_outputs(result)
-            self.variables = Variables.found(tape.watched_variables(), self._name_variable)
-            self._keep_first_pass(values, tape, [t for _, t in labelled], watched, keep_tape)
-        else:
-            args, kwargs = self._arguments(tensors)
-            labelled = _tf.differentiable_outputs(self.target.native(args, kwargs))
-        flat = [t for _, t in labelled]
-        if self.output_specs is None:
-            self.output_specs = [OutputSpec(tuple(t.shape.as_list()), t.dtype.name) for t in flat]
-            self.output_labels = [label for label, _ in labelled]
-        found = [real_float64(t) for t in flat]
+        found = [real_float64(t) for t in self.native_outputs(self.as_tensors(values))]
         self._remember(values, found)
         return found
-
-    def _keep_first_pass(
-        self, values: dict[str, Any], tape: Any, targets: list[Any], watched: list[Any], keep: bool
-    ) -> None:
-        """Keep the first forward pass's tape where native autodiff can reuse it: its arrays frozen (so
-        identity means the same values) and no variables (a forward pass may change those as it reads them,
-        so native autodiff runs at the values they have after it)."""
-        key = self._memo_key(values)
-        kept = keep and all_frozen(key) and not self.variables
-        self._first_pass = (key, tape, targets, watched) if kept else None
-
-    def _take_first_pass(self, values: dict[str, Any]) -> tuple[Any, list[Any], list[Any]] | None:
-        """The kept first forward pass if it ran on these very values; it is given out once."""
-        kept, self._first_pass = self._first_pass, None
-        if kept is None:
-            return None
-        key, tape, targets, watched = kept
-        return (tape, targets, watched) if same_objects(self._memo_key(values), key) else None
 
     def native_outputs(self, tensors: dict[str, Any]) -> list[Any]:
         """The float outputs of one native forward call on ``tensors``."""
@@ -226,8 +162,8 @@ class Harness:
 
     @property
     def output_size(self) -> int:
-        """Elements in all float outputs of the forward pass together (0 before the first :meth:`outputs`)."""
-        return sum(int(np.prod(s.shape, dtype=np.int64)) for s in self.output_specs or [])
+        """Elements in all float outputs of the forward pass together."""
+        return sum(int(np.prod(s.shape, dtype=np.int64)) for s in self.output_specs)
 
     def loss(self, draw: Draw) -> tuple[float, float]:
         """``sum_i <upstream_i, output_i>`` and ``sum_i |upstream_i * output_i|`` (its rounding scale)."""
@@ -237,7 +173,7 @@ class Harness:
 
     def upstream_tensors(self, upstreams: list[np.ndarray]) -> list[Any]:
         """The upstream arrays as tensors of their outputs' dtypes."""
-        return self._tensors.upstreams(upstreams, [s.dtype for s in self.output_specs or []])
+        return self._tensors.upstreams(upstreams, [s.dtype for s in self.output_specs])
 
     def _vjp(
         self,
@@ -316,48 +252,32 @@ class Harness:
             return Outcome("function", self._graph_records, error=error)
         return Outcome("function", self._graph_records, grads=dense)
 
-    def native_ahead(self, draw: Draw) -> None:
-        """Native autodiff now, from the kept first forward pass (if it ran on the draw's values), for
-        :meth:`native` to give when asked at the same draw. The tape, and with it every intermediate of the
-        forward pass, is then freed before the custom gradient runs: a check's peak memory stays that of
-        one pass, where a kept tape would add a whole forward pass's intermediates to it."""
-        if self._first_pass is not None:
-            outcome = self.native(draw)
-            self._native_ahead = (self._memo_key(draw.values), list(draw.upstreams), outcome)
-
     def _take_native_ahead(self, draw: Draw) -> Outcome | None:
         ahead, self._native_ahead = self._native_ahead, None
         if ahead is None:
             return None
-        key, ahead_upstreams, outcome = ahead
         found = [*self._memo_key(draw.values), *draw.upstreams]
-        return outcome if same_objects(found, [*key, *ahead_upstreams]) else None
+        return ahead.outcome if same_objects(found, [*ahead.key, *ahead.upstreams]) else None
 
     def native(self, draw: Draw, execution: str = "eager") -> Outcome:
         """Native autodiff of the same forward pass: the backward function is never called."""
         if execution == "eager" and (ahead := self._take_native_ahead(draw)) is not None:
             return ahead
-        values, upstreams = draw.values, draw.upstreams
+        forward: list[Any] = []
         try:
             if execution == "function":
                 if self._graph_native is None:
                     self._graph_native = self._graph(self.target.native)
                 return Outcome("function", grads=self._run_graph(self._graph_native, draw))
-            tensors = self.as_tensors(values)
-            forward: list[Any] = []
-            kept = self._take_first_pass(values)
-            if kept is not None:
-                tape, forward, watched = kept
-                grads = tape.gradient(forward, watched, output_gradients=self.upstream_tensors(upstreams))
-            else:
-                grads = self._vjp(self.target.native, tensors, self.upstream_tensors(upstreams), forward)
+            tensors = self.as_tensors(draw.values)
+            grads = self._vjp(self.target.native, tensors, self.upstream_tensors(draw.upstreams), forward)
         except Exception as error:  # the user's forward raised
             if raised_by_gradcheck(error):
                 raise
             return Outcome(execution, error=error)
-        if self.output_specs is not None and len(forward) == len(self.output_specs):
+        if len(forward) == len(self.output_specs):
             # The forward pass under the tape is the one :meth:`outputs` runs: the finite differences' center.
-            self._remember(values, forward)
+            self._remember(draw.values, forward)
         return Outcome(execution, grads=self._densify(grads))
 
     def second_order(self, draw: Draw, weights: dict[str, np.ndarray], path: str) -> Outcome:

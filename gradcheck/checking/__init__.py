@@ -30,6 +30,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Iterator, Mapping
@@ -42,6 +43,7 @@ import numpy as np
 from gradcheck import _tf, state, tracebacks
 from gradcheck.checking import audit, draw_loop, reaching
 from gradcheck.checking.build import (
+    Built,
     NeedsConfig,
     NeedsFloat32,
     build,
@@ -49,13 +51,22 @@ from gradcheck.checking.build import (
     keyword_convention,
     table_key,
 )
-from gradcheck.checking.draws import Draws, InputTooLarge, draw_values, freeze, input_records, redraw_layer_weights
+from gradcheck.checking.draws import (
+    Draws,
+    InputTooLarge,
+    draw_values,
+    freeze,
+    input_records,
+    redraw_layer_weights,
+    seeded_upstreams,
+)
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
 from gradcheck.checking.findings import Findings, Prepared
 from gradcheck.checking.probe import probe
 from gradcheck.checking.request import CheckRequest
 from gradcheck.checking.values import compare_values, values_comparable
 from gradcheck.discovery import import_root
+from gradcheck.first_pass import first_pass
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, subject_rng
 from gradcheck.instrument import Outcome, raised_by_gradcheck
@@ -211,33 +222,24 @@ def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]
     """Build, plan (probing where shapes are open), run the first forward pass and make draw 0."""
     dtype = findings.dtype
     built = build(request, dtype)
-    plan = built.plan.with_keywords(set(keywords)) if keywords else built.plan
-    if plan.unknown:
-        try:
-            probed = probe(request, plan, built, dtype)
-        except NeedsFloat32 as clash:
-            return _float32(request, findings, clash.error)
-        if probed.plan is None:
-            findings.skip_reason = probed.skip_reason
-            return "skipped"
-        findings.notes.append(probed.note)  # type: ignore[arg-type]
-        plan = probed.plan
-    if findings.redrawn_because:
-        plan = _narrowed(plan, findings)
+    plan = _planned(request, findings, built, keywords)
+    if not isinstance(plan, CallPlan):
+        return plan
     findings.plan = plan
-    harness = findings.harness = Harness(built.target, plan, built.name_variable)
+    findings.harness = None
     settings = request.settings
     try:
-        # Frozen before the first forward pass, so that its tensors and its tape serve the later passes too.
+        # Frozen before the first forward pass, so that its tensors serve the later passes too.
         values = draw_values(plan, subject_rng(settings.seed, request.subject.name, 0))
         freeze(values.values())
-        outputs = harness.outputs(values, keep_tape=settings.compares_native)
+        upstreams = functools.partial(seeded_upstreams, settings.seed, request.subject.name, 0)
+        first = first_pass(built.target, plan, values, built.name_variable, upstreams, settings.compares_native)
+        harness = findings.harness = Harness(built.target, plan, first)
         # The first forward pass found the variables: draw 0 holds their values as they are.
         values.update(harness.variables.values())
     except Exception as error:  # the forward pass raised
         if raised_by_gradcheck(error) or isinstance(error, InputTooLarge):
             raise
-        harness.restore()
         if dtype == "float64" and dtype_clash(error):
             return _float32(request, findings, error)
         findings.problems.append(exception_problem("forward pass raised", error, _path(request)))
@@ -247,7 +249,9 @@ def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         rng = subject_rng(request.settings.seed, request.subject.name + ":weights", 0)
         redraw_layer_weights(values, built.layer, harness, rng)
     draws = Draws(request.settings.seed, request.subject.name, plan, harness)
-    draws.first(values)
+    assert first.upstreams is not None  # asked for
+    draws.first(values, first.upstreams)
+    outputs = first.outputs
     if not outputs:
         findings.skip_reason = "the forward pass has no float or complex outputs: there is no gradient to check"
         return "skipped"
@@ -256,8 +260,28 @@ def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         findings.skip_reason = empty
         return "skipped"
     findings.note(*draw_loop.complex_notes(harness.output_labels))
-    harness.native_ahead(draws(0))
     return Prepared(built, plan, harness, draws, None if redrawn else outputs)
+
+
+def _planned(
+    request: CheckRequest, findings: Findings, built: Built, keywords: frozenset[str]
+) -> CallPlan | str | _Retry:
+    """The call plan: the built one with ``keywords`` passed by keyword, probed where shapes are open,
+    narrowed once per earlier try."""
+    plan = built.plan.with_keywords(set(keywords)) if keywords else built.plan
+    if plan.unknown:
+        try:
+            probed = probe(request, plan, built, findings.dtype)
+        except NeedsFloat32 as clash:
+            return _float32(request, findings, clash.error)
+        if probed.plan is None:
+            findings.skip_reason = probed.skip_reason
+            return "skipped"
+        findings.notes.append(probed.note)  # type: ignore[arg-type]
+        plan = probed.plan
+    if findings.redrawn_because:
+        plan = _narrowed(plan, findings)
+    return plan
 
 
 def _nothing_to_compare(plan: CallPlan, values: Mapping[str, Any], outputs: list[np.ndarray]) -> str | None:

@@ -12,6 +12,7 @@ import numpy as np
 
 from gradcheck import _tf
 from gradcheck.arrays import standard_normal
+from gradcheck.first_pass import OutputSpec
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, draw_tensor, subject_rng
 from gradcheck.loss import Draw
@@ -36,9 +37,9 @@ class Draws:
     harness: Harness
     _made: dict[int, Draw] = field(default_factory=dict)
 
-    def first(self, values: dict[str, Any]) -> None:
-        """Record draw 0 (the values the first forward pass ran on)."""
-        self._made[0] = _frozen(values, self.upstreams(0))
+    def first(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> None:
+        """Record draw 0: the values the first forward pass ran on, the upstream gradients it made."""
+        self._made[0] = _frozen(values, upstreams)
 
     def __call__(self, index: int) -> Draw:
         if index not in self._made:
@@ -50,8 +51,15 @@ class Draws:
 
     def upstreams(self, index: int) -> list[np.ndarray]:
         """The seeded upstream gradients of draw ``index``, one per output."""
-        rng = subject_rng(self.seed, self.name + ":upstream", index)
-        return [standard_normal(rng, spec.shape) for spec in self.harness.output_specs or []]
+        return seeded_upstreams(self.seed, self.name, index, self.harness.output_specs)
+
+
+def seeded_upstreams(seed: int, name: str, index: int, specs: list[OutputSpec]) -> list[np.ndarray]:
+    """The seeded upstream gradients of draw ``index`` for outputs ``specs``, read-only."""
+    rng = subject_rng(seed, name + ":upstream", index)
+    upstreams = [standard_normal(rng, spec.shape) for spec in specs]
+    freeze(upstreams)
+    return upstreams
 
 
 def freeze(arrays: Iterable[Any]) -> None:

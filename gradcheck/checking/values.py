@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
-
 from gradcheck.checking import audit, diagnose, draw_loop
 from gradcheck.checking.build import reference_harness, table_key
 from gradcheck.checking.evidence import Judging
@@ -62,7 +60,7 @@ def compare_values(
         prepared.built,
         prepared.plan,
         prepared.harness,
-        draw.values,
+        draw,
         settings.compares_native,
     )
     findings.reference_harness = wide
@@ -91,14 +89,13 @@ def compare_values(
 
 def _judging(request: CheckRequest, prepared: Prepared, wide: Harness) -> Judging:
     """What judging needs that does not change from one gradient to the next."""
-    output_size = sum(int(np.prod(spec.shape, dtype=np.int64)) for spec in prepared.harness.output_specs or [])
     return Judging(
         settings=request.settings,
         subject_name=request.subject.name,
         wide=wide is not prepared.harness,
-        output_size=output_size,
+        output_size=prepared.harness.output_size,
         batching=wide.batching,  # the live mapping: the harness learns each strategy as it first perturbs
-        output_dtypes=tuple(spec.dtype for spec in wide.output_specs or []),
+        output_dtypes=tuple(spec.dtype for spec in wide.output_specs),
     )
 
 
