@@ -15,11 +15,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gradcheck import _tf
+from gradcheck import _tf, loss
 from gradcheck.arrays import aligned_empty
 from gradcheck.finite_differences import BATCH_FLOATS, EPSILON, BatchedLoss, Perturbations, one_at_a_time
 from gradcheck.inputs import CallPlan
 from gradcheck.instrument import raised_by_gradcheck
+from gradcheck.loss import Draw
 
 
 class NotBatchable(ValueError):
@@ -44,7 +45,7 @@ class ForwardPass(Protocol):
         """The float outputs of one native forward call on ``tensors``."""
         ...
 
-    def loss(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> tuple[float, float]:
+    def loss(self, draw: Draw) -> tuple[float, float]:
         """The loss and its rounding scale at one point."""
         ...
 
@@ -69,30 +70,12 @@ def stacked_tensor(perturbations: Perturbations, base: np.ndarray, start: int, s
     return tf.reshape(stacked, (stop - start, *perturbations.shape))
 
 
-def _stacked_loss(outputs: list[Any], upstreams: list[Any], rows: int, scaled: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of a stacked evaluation, the loss; raises if rows did not stay apart.
-
-    Reduced inside TensorFlow as one matrix-vector product per output, so
-    only a number per row comes back. With ``scaled``, the first row also
-    gets its rounding scale (NaN for the others): callers only use the scale
-    at the center, which comes first in its stack.
-    """
-    tf = _tf.tensorflow()
-    total = tf.zeros([rows], dtype=tf.float64)
-    scale = tf.zeros([1], dtype=tf.float64)
+def _rows_kept_apart(outputs: list[Any], upstreams: list[Any], rows: int) -> None:
+    """Raise where a stacked evaluation's outputs did not keep the ``rows`` of the stack apart."""
     for output, upstream in zip(outputs, upstreams):
         expected = (rows, *upstream.shape.as_list())
         if tuple(output.shape.as_list()) != expected:
             raise NotBatchable(f"stacked output has shape {tuple(output.shape.as_list())}, expected {expected}")
-        flat = tf.reshape(tf.cast(output, tf.float64), [rows, -1])
-        weights = tf.reshape(upstream, [-1])
-        total += tf.linalg.matvec(flat, weights)
-        if scaled:
-            scale += tf.linalg.matvec(tf.abs(flat[:1]), tf.abs(weights))
-    scales = np.full(rows, np.nan)
-    if scaled:
-        scales[0] = scale.numpy()[0]
-    return total.numpy(), scales
 
 
 class Batcher:
@@ -104,22 +87,25 @@ class Batcher:
         self.strategies: dict[str, tuple[str, str]] = {}
         self._vectorized: dict[str, tuple[Any, list[str]]] = {}
 
-    def losses(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> BatchedLoss:
-        """The loss at perturbations of ``values``, one input at a time, by each input's strategy."""
+    def losses(self, draw: Draw) -> BatchedLoss:
+        """The loss at perturbations of the draw's values, one input at a time, by each input's strategy."""
 
-        center: list[tuple[float, float]] = []  # the loss at ``values`` itself, once known: every input shares it
+        center: list[tuple[float, float]] = []  # the loss at the draw itself, once known: every input shares it
 
         def evaluate(name: str, perturbations: Perturbations) -> tuple[np.ndarray, np.ndarray]:
             if name not in self.strategies and self._leaf(name) is not None and perturbations.count >= 2:
-                return self._choose_on(values, upstreams, name, perturbations, center)
-            strategy = self.strategy(name, values, upstreams)
+                return self._choose_on(draw, name, perturbations, center)
+            strategy = self.strategy(name, draw)
             if strategy == "stack":
-                return self._stacked_losses(values, upstreams, name, perturbations)
+                return self._stacked_losses(draw, name, perturbations)
             if strategy == "vectorized":
-                return self._vectorized_losses(values, upstreams, name, perturbations)
-            return one_at_a_time(lambda moved: self.forward.loss(moved, upstreams), values)(name, perturbations)
+                return self._vectorized_losses(draw, name, perturbations)
+            return self._one_at_a_time(draw)(name, perturbations)
 
         return evaluate
+
+    def _one_at_a_time(self, draw: Draw) -> BatchedLoss:
+        return one_at_a_time(lambda moved: self.forward.loss(draw.at(moved)), draw.values)
 
     def _leaf(self, name: str) -> Any:
         return next((a for a in self.forward.plan.leaves if a.name == name), None)
@@ -129,15 +115,13 @@ class Batcher:
         size = leaf.spec.size if leaf is not None and leaf.spec is not None else 1
         return max(1, BATCH_FLOATS // max(1, size + self.forward.output_size))
 
-    def _stacked_losses(
-        self, values: dict[str, Any], upstreams: list[np.ndarray], name: str, perturbations: Perturbations
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _stacked_losses(self, draw: Draw, name: str, perturbations: Perturbations) -> tuple[np.ndarray, np.ndarray]:
         """One forward call per batch, the perturbed copies stacked along a new leading axis."""
         tf = _tf.tensorflow()
         leaf = self._leaf(name)
-        tensors = self.forward.as_tensors(values)
-        base = np.asarray(values[name], dtype=np.float64)
-        upstream_list = [tf.constant(u, dtype=tf.float64) for u in upstreams]
+        tensors = self.forward.as_tensors(draw.values)
+        base = np.asarray(draw.values[name], dtype=np.float64)
+        upstream_list = [tf.constant(u, dtype=tf.float64) for u in draw.upstreams]
         totals: list[np.ndarray] = []
         scales: list[np.ndarray] = []
         rows = self._batch_rows(name)
@@ -145,22 +129,21 @@ class Batcher:
             stacked = stacked_tensor(perturbations, base, start, start + rows, leaf.spec.dtype)
             tensors[name] = stacked
             outputs = self.forward.native_outputs(tensors)
-            total, scale = _stacked_loss(outputs, upstream_list, int(stacked.shape[0]), scaled=start == 0)
+            _rows_kept_apart(outputs, upstream_list, int(stacked.shape[0]))
+            total, scale = loss.stacked(outputs, upstream_list, int(stacked.shape[0]), scaled=start == 0)
             totals.append(total)
             scales.append(scale)
         return np.concatenate(totals), np.concatenate(scales)
 
-    def _vectorized_losses(
-        self, values: dict[str, Any], upstreams: list[np.ndarray], name: str, perturbations: Perturbations
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _vectorized_losses(self, draw: Draw, name: str, perturbations: Perturbations) -> tuple[np.ndarray, np.ndarray]:
         """``tf.vectorized_map`` over the perturbed copies, batches padded to one size (one trace)."""
         tf = _tf.tensorflow()
         rows = min(self._batch_rows(name), 256)
         function, names = self._vectorized.get(name) or self._vectorized_function(name)
         leaf = self._leaf(name)
-        tensors = self.forward.as_tensors(values)
-        base = np.asarray(values[name], dtype=np.float64)
-        upstream_list = self.forward.upstream_tensors(upstreams)
+        tensors = self.forward.as_tensors(draw.values)
+        base = np.asarray(draw.values[name], dtype=np.float64)
+        upstream_list = self.forward.upstream_tensors(draw.upstreams)
         totals: list[np.ndarray] = []
         scales: list[np.ndarray] = []
         for start in range(0, perturbations.count, rows):
@@ -187,11 +170,7 @@ class Batcher:
             def one(moved: Any) -> Any:
                 tensors = dict(base)
                 tensors[name] = moved
-                outputs = self.forward.native_outputs(tensors)
-                products = [tf.cast(o, tf.float64) * tf.cast(u, tf.float64) for o, u in zip(outputs, upstream_list)]
-                total = tf.add_n([tf.reduce_sum(p) for p in products])
-                scale = tf.add_n([tf.reduce_sum(tf.abs(p)) for p in products])
-                return tf.stack([total, scale])
+                return loss.traced(self.forward.native_outputs(tensors), upstream_list)
 
             return tf.vectorized_map(one, stacked)
 
@@ -201,26 +180,25 @@ class Batcher:
         self._vectorized[name] = entry
         return entry
 
-    def strategy(self, name: str, values: dict[str, Any], upstreams: list[np.ndarray]) -> str:
+    def strategy(self, name: str, draw: Draw) -> str:
         """How to evaluate many perturbations of ``name``: chosen once, by trying and checking on random probes."""
         if name in self.strategies:
             return self.strategies[name][0]
         if self._leaf(name) is None:
             self.strategies[name] = ("loop", "a variable is one tensor that cannot be stacked")
             return "loop"
-        base = np.asarray(values[name], dtype=np.float64)
+        base = np.asarray(draw.values[name], dtype=np.float64)
         rng = np.random.default_rng(0)
         probes = Perturbations.from_dense(
             1e-3 * rng.standard_normal(size=(3, *base.shape)) * np.maximum(1.0, np.abs(base))
         )
-        expected = one_at_a_time(lambda moved: self.forward.loss(moved, upstreams), values)(name, probes)
-        self._first_agreeing(values, upstreams, name, probes, np.arange(3), expected)
+        expected = self._one_at_a_time(draw)(name, probes)
+        self._first_agreeing(draw, name, probes, np.arange(3), expected)
         return self.strategies[name][0]
 
     def _choose_on(
         self,
-        values: dict[str, Any],
-        upstreams: list[np.ndarray],
+        draw: Draw,
         name: str,
         perturbations: Perturbations,
         center: list[tuple[float, float]],
@@ -233,6 +211,7 @@ class Batcher:
         them. Spares the random probes of :meth:`strategy`: fast mode's
         directional stacks are the first a check evaluates.
         """
+        values = draw.values
         checked = np.array([0, perturbations.count - 1])
         single = []
         for index in checked:
@@ -240,11 +219,11 @@ class Batcher:
             if center and not np.any(row):
                 single.append(center[0])
                 continue
-            single.append(self.forward.loss({**values, name: values[name] + row}, upstreams))
+            single.append(self.forward.loss(draw.at({**values, name: values[name] + row})))
             if not np.any(row):
                 center.append(single[-1])
         expected = (np.array([t for t, _ in single]), np.array([s for _, s in single]))
-        found = self._first_agreeing(values, upstreams, name, perturbations, checked, expected)
+        found = self._first_agreeing(draw, name, perturbations, checked, expected)
         if found is not None:
             return found
         rest = [i for i in range(perturbations.count) if i not in checked]
@@ -252,14 +231,13 @@ class Batcher:
         totals[checked], scales[checked] = expected
         for index in rest:
             totals[index], scales[index] = self.forward.loss(
-                {**values, name: values[name] + perturbations.row(index)}, upstreams
+                draw.at({**values, name: values[name] + perturbations.row(index)})
             )
         return totals, scales
 
     def _first_agreeing(
         self,
-        values: dict[str, Any],
-        upstreams: list[np.ndarray],
+        draw: Draw,
         name: str,
         perturbations: Perturbations,
         checked: np.ndarray,
@@ -273,7 +251,7 @@ class Batcher:
         reasons = []
         for strategy, evaluate in (("stack", self._stacked_losses), ("vectorized", self._vectorized_losses)):
             try:
-                total, scale = evaluate(values, upstreams, name, perturbations)
+                total, scale = evaluate(draw, name, perturbations)
             except Exception as error:  # the function does not batch this way
                 if raised_by_gradcheck(error):
                     raise

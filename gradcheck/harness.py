@@ -7,7 +7,8 @@ function returned and whether TensorFlow called it at all, natively (autodiff
 of the undecorated forward under a ``GradientTape``), eagerly or inside a
 ``tf.function``, and forward only, batched (:mod:`gradcheck.batching`), for
 the finite differences of :mod:`gradcheck.finite_differences`. It computes,
-never judges.
+never judges. A harness is built from the first forward pass
+(:mod:`gradcheck.first_pass`), which found the outputs and the variables.
 """
 
 from __future__ import annotations
@@ -20,20 +21,14 @@ from typing import Any
 import numpy as np
 
 from gradcheck import _tf
-from gradcheck.arrays import product_sums
 from gradcheck.batching import Batcher
+from gradcheck.feed import all_frozen, identity_key, same_objects
 from gradcheck.finite_differences import BatchedLoss
+from gradcheck.first_pass import FirstPass, dense
 from gradcheck.inputs import CallPlan
-from gradcheck.instrument import BackwardRecord, Outcome, raised_by_gradcheck, real_float64, to_float64
+from gradcheck.instrument import BackwardRecord, Outcome, raised_by_gradcheck, real_float64
+from gradcheck.loss import Draw, pairing
 from gradcheck.targets import CallTarget
-
-
-@dataclass(frozen=True)
-class OutputSpec:
-    """One float output of the forward pass, which gets a random upstream."""
-
-    shape: tuple[int, ...]
-    dtype: str
 
 
 @dataclass(frozen=True)
@@ -55,49 +50,35 @@ class Source:
         return int(np.prod(self.shape, dtype=np.int64))
 
 
-def _default_variable_name(variable: Any) -> str:
-    name = getattr(variable, "name", "variable")
-    return name[:-2] if name.endswith(":0") else name
-
-
 class Harness:
     """Runs one call target with one call plan: forward, custom and native gradients, losses.
 
-    ``values`` everywhere is a dict from a leaf argument's or a variable's
-    name to a float64 (or integer) numpy array, or the constant itself.
+    ``values`` everywhere is a :class:`~gradcheck.loss.Draw`'s values.
     Variables are set from ``values`` before each call, and :meth:`restore`
     puts the user's values back.
     """
 
-    def __init__(self, target: CallTarget, plan: CallPlan, name_variable: Callable[[Any], str] | None = None) -> None:
+    def __init__(self, target: CallTarget, plan: CallPlan, first: FirstPass) -> None:
         self.target = target
         self.plan = plan
-        self._name_variable = name_variable or _default_variable_name
-        self.variables: list[tuple[str, Any]] = []
-        self._originals: dict[str, np.ndarray] = {}
-        self._assigned: dict[str, Any] = {}
+        self.variables = first.variables
+        self.output_specs = first.specs
+        #: Where each float output sits in the result (a dict key, a tuple index), in upstream order.
+        self.output_labels = first.labels
+        self._tensors = first.tensors
         self._graph_vjp: Any = None
         self._graph_records: list[BackwardRecord] = []
         self._graph_native: Any = None
-        self.output_specs: list[OutputSpec] | None = None
         self._batcher = Batcher(self)
         #: Per input: how its finite differences are batched (``stack``, ``vectorized``, ``loop``) and why.
         self.batching: dict[str, tuple[str, str]] = self._batcher.strategies
-        #: Where each float output sits in the result (a dict key, a tuple index), in upstream order.
-        self.output_labels: list[str] = []
-        # Per tensor leaf: the array last converted and its tensor. A check converts the same draw for
-        # the forward pass, both custom executions, native autodiff and the center of the finite
-        # differences: for big inputs each conversion costs as much as an elementwise op.
-        self._converted: dict[str, tuple[np.ndarray, Any]] = {}
         # The values (by identity) of the last native forward pass and its float outputs (tensors until
         # first asked for as float64 arrays).
         self._forward_memo: tuple[list[Any], list[Any]] | None = None
-        # The first forward pass, taped, kept for native autodiff at the same draw (:meth:`native`): its
-        # values (by identity), its tape, its float outputs and the watched input tensors.
-        self._first_pass: tuple[list[Any], Any, list[Any], list[Any]] | None = None
-        # Native autodiff computed from that tape ahead of time (:meth:`native_ahead`): its values and
-        # upstreams (by identity) and its outcome.
-        self._native_ahead: tuple[list[Any], list[Any], Outcome] | None = None
+        if first.key is not None:
+            self._forward_memo = (first.key, first.outputs)
+        # Native autodiff at the first draw, from the first pass's tape: given once, at that very draw.
+        self._native_ahead = first.native
 
     def forget_traces(self) -> None:
         """Drop the ``tf.function`` legs traced so far and the remembered forward pass: the target is called
@@ -106,7 +87,6 @@ class Harness:
         self._graph_native = None
         self._graph_records = []
         self._forward_memo = None  # its outputs came from the target called the old way
-        self._first_pass = None
         self._native_ahead = None
 
     # -- sources and values ----------------------------------------------------
@@ -125,49 +105,21 @@ class Harness:
         )
         return found
 
-    def variable_values(self) -> dict[str, np.ndarray | None]:
-        """The current value of every variable the forward pass reads."""
-        return {name: to_float64(variable) for name, variable in self.variables}
-
     def as_tensors(self, values: dict[str, Any]) -> dict[str, Any]:
         """TF tensors for the tensor leaves; variables assigned from ``values``."""
-        tensors: dict[str, Any] = {}
-        for leaf in self.plan.leaves:
-            value = values[leaf.name]
-            if leaf.spec is not None:
-                value = self._tensor(leaf.name, value, leaf.spec.dtype)
-            tensors[leaf.name] = value
-        for name, variable in self.variables:
-            value = values.get(name)
-            # Keep the array itself, not its id: ids of freed arrays are reused.
-            if value is not None and self._assigned.get(name) is not value:
-                variable.assign(np.asarray(value, dtype=variable.dtype.as_numpy_dtype))
-                self._assigned[name] = value
+        tensors = self._tensors.leaves(self.plan, values)
+        self.variables.assign(values)
         return tensors
 
-    def _tensor(self, name: str, value: Any, dtype: str) -> Any:
-        """``value`` as a ``dtype`` tensor, converted once while it is the same read-only array."""
-        known = self._converted.get(name)
-        if known is not None and known[0] is value:
-            return known[1]
-        # Only an array nothing can write to stays the same array (the draws are frozen when made), so the
-        # tensor may share its memory (where it is aligned for that) and stand for it from then on.
-        frozen = isinstance(value, np.ndarray) and not value.flags.writeable
-        if not frozen:
-            return _tf.tensorflow().constant(np.asarray(value), dtype=dtype)
-        tensor = _tf.adopt(value, dtype)
-        self._converted[name] = (value, tensor)
-        return tensor
-
     def _memo_key(self, values: dict[str, Any]) -> list[Any]:
-        return [values.get(leaf.name) for leaf in self.plan.leaves] + [values.get(n) for n, _ in self.variables]
+        return identity_key(self.plan, self.variables, values)
 
     def _remembered(self, values: dict[str, Any]) -> list[np.ndarray] | None:
         """The float outputs at ``values`` if the last native forward pass ran on these very (frozen) arrays."""
         if self._forward_memo is None:
             return None
         key, outputs = self._forward_memo
-        if not _same_objects(self._memo_key(values), key):
+        if not same_objects(self._memo_key(values), key):
             return None
         arrays = [o if isinstance(o, np.ndarray) else real_float64(o) for o in outputs]
         self._forward_memo = (key, arrays)
@@ -175,14 +127,11 @@ class Harness:
 
     def _remember(self, values: dict[str, Any], outputs: list[Any]) -> None:
         key = self._memo_key(values)
-        self._forward_memo = (key, outputs) if _all_frozen(key) else None
+        self._forward_memo = (key, outputs) if all_frozen(key) else None
 
     def restore(self) -> None:
         """Put every variable back to the value it had before the check."""
-        for name, variable in self.variables:
-            if name in self._originals:
-                variable.assign(self._originals[name].astype(variable.dtype.as_numpy_dtype))
-        self._assigned.clear()
+        self.variables.restore()
 
     def _arguments(self, tensors: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         return self.plan.build(lambda leaf: tensors[leaf.name])
@@ -194,83 +143,17 @@ class Harness:
         return [tensors[a.name] for a in self.plan.differentiable] + [v for _, v in self.variables]
 
     def _densify(self, grads: list[Any]) -> dict[str, np.ndarray | None]:
-        tf = _tf.tensorflow()
-        dense: dict[str, np.ndarray | None] = {}
-        for source, grad in zip(self.sources, grads):
-            if grad is None:
-                dense[source.name] = None
-                continue
-            if isinstance(grad, tf.IndexedSlices):
-                grad = tf.convert_to_tensor(grad)
-            dense[source.name] = to_float64(grad)
-        return dense
+        return dense([s.name for s in self.sources], grads)
 
     # -- forward ---------------------------------------------------------------
 
-    def outputs(self, values: dict[str, Any], keep_tape: bool = False) -> list[np.ndarray]:
-        """The float outputs of the forward pass (native path), eagerly, as float64.
-
-        The first call also finds the variables the forward pass reads. With
-        ``keep_tape`` it also keeps its tape for native autodiff at the same
-        (frozen) values, which then needs no forward pass of its own; the
-        caller frees it soon with :meth:`native_ahead` (or :meth:`native`).
-        """
-        tf = _tf.tensorflow()
-        if self.output_specs is not None and (remembered := self._remembered(values)) is not None:
+    def outputs(self, values: dict[str, Any]) -> list[np.ndarray]:
+        """The float outputs of the forward pass (native path), eagerly, as float64."""
+        if (remembered := self._remembered(values)) is not None:
             return remembered
-        tensors = self.as_tensors(values)
-        if self.output_specs is None:
-            with tf.GradientTape(watch_accessed_variables=True) as tape:
-                watched = [tensors[a.name] for a in self.plan.differentiable] if keep_tape else []
-                for source in watched:
-                    tape.watch(source)
-                # Inside the tape, as in :meth:`_vjp`: a complex argument is built from its parts by ops.
-                args, kwargs = self._arguments(tensors)
-                result = self.target.native(args, kwargs)
-                # Inside the tape, as in :meth:`_vjp`: a complex output's parts are ops to differentiate.
-                labelled = _tf.differentiable_outputs(result)
-            self._discover_variables(tape.watched_variables())
-            self._keep_first_pass(values, tape, [t for _, t in labelled], watched, keep_tape)
-        else:
-            args, kwargs = self._arguments(tensors)
-            labelled = _tf.differentiable_outputs(self.target.native(args, kwargs))
-        flat = [t for _, t in labelled]
-        if self.output_specs is None:
-            self.output_specs = [OutputSpec(tuple(t.shape.as_list()), t.dtype.name) for t in flat]
-            self.output_labels = [label for label, _ in labelled]
-        found = [real_float64(t) for t in flat]
+        found = [real_float64(t) for t in self.native_outputs(self.as_tensors(values))]
         self._remember(values, found)
         return found
-
-    def _keep_first_pass(
-        self, values: dict[str, Any], tape: Any, targets: list[Any], watched: list[Any], keep: bool
-    ) -> None:
-        """Keep the first forward pass's tape where native autodiff can reuse it: its arrays frozen (so
-        identity means the same values) and no variables (a forward pass may change those as it reads them,
-        so native autodiff runs at the values they have after it)."""
-        key = self._memo_key(values)
-        kept = keep and _all_frozen(key) and not self.variables
-        self._first_pass = (key, tape, targets, watched) if kept else None
-
-    def _take_first_pass(self, values: dict[str, Any]) -> tuple[Any, list[Any], list[Any]] | None:
-        """The kept first forward pass if it ran on these very values; it is given out once."""
-        kept, self._first_pass = self._first_pass, None
-        if kept is None:
-            return None
-        key, tape, targets, watched = kept
-        return (tape, targets, watched) if _same_objects(self._memo_key(values), key) else None
-
-    def _discover_variables(self, watched: Any) -> None:
-        named: list[tuple[str, Any]] = []
-        used: set[str] = set()
-        for variable in watched:
-            name = self._name_variable(variable)
-            while name in used:
-                name += "_"
-            used.add(name)
-            named.append((name, variable))
-        self.variables = named
-        self._originals = {name: np.asarray(v.numpy()).copy() for name, v in named}
 
     def native_outputs(self, tensors: dict[str, Any]) -> list[Any]:
         """The float outputs of one native forward call on ``tensors``."""
@@ -279,26 +162,18 @@ class Harness:
 
     @property
     def output_size(self) -> int:
-        """Elements in all float outputs of the forward pass together (0 before the first :meth:`outputs`)."""
-        return sum(int(np.prod(s.shape, dtype=np.int64)) for s in self.output_specs or [])
+        """Elements in all float outputs of the forward pass together."""
+        return sum(int(np.prod(s.shape, dtype=np.int64)) for s in self.output_specs)
 
-    def loss(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> tuple[float, float]:
+    def loss(self, draw: Draw) -> tuple[float, float]:
         """``sum_i <upstream_i, output_i>`` and ``sum_i |upstream_i * output_i|`` (its rounding scale)."""
-        outputs = self.outputs(values)
-        total = 0.0
-        scale = 0.0
-        for upstream, output in zip(upstreams, outputs):
-            part, part_scale = product_sums(upstream, output)
-            total += part
-            scale += part_scale
-        return total, scale
+        return pairing(zip(draw.upstreams, self.outputs(draw.values)))
 
     # -- gradients -------------------------------------------------------------
 
     def upstream_tensors(self, upstreams: list[np.ndarray]) -> list[Any]:
         """The upstream arrays as tensors of their outputs' dtypes."""
-        specs = self.output_specs or []
-        return [self._tensor(f"upstream {i}", u, s.dtype) for i, (u, s) in enumerate(zip(upstreams, specs))]
+        return self._tensors.upstreams(upstreams, [s.dtype for s in self.output_specs])
 
     def _vjp(
         self,
@@ -320,15 +195,15 @@ class Harness:
             forward[:] = targets
         return tape.gradient(targets, sources, output_gradients=upstream_list)
 
-    def custom(self, values: dict[str, Any], upstreams: list[np.ndarray], execution: str) -> Outcome:
+    def custom(self, draw: Draw, execution: str) -> Outcome:
         """The custom vector-Jacobian product, through TensorFlow's own custom_gradient."""
         if execution == "function":
-            return self._custom_function(values, upstreams)
+            return self._custom_function(draw)
         records: list[BackwardRecord] = []
         try:
-            tensors = self.as_tensors(values)
+            tensors = self.as_tensors(draw.values)
             grads = self._vjp(
-                lambda a, k: self.target.custom(a, k, records, True), tensors, self.upstream_tensors(upstreams)
+                lambda a, k: self.target.custom(a, k, records, True), tensors, self.upstream_tensors(draw.upstreams)
             )
         except Exception as error:  # the user's code (or TF on its behalf) raised
             if raised_by_gradcheck(error):
@@ -355,75 +230,57 @@ class Harness:
         # so TensorFlow does not call one trace per checked function "retracing".
         return tf.function(functools.partial(vjp), autograph=False), names, nones
 
-    def _run_graph(
-        self, graph: tuple[Any, list[str], list[bool]], values: dict[str, Any], upstreams: list[np.ndarray]
-    ) -> dict[str, np.ndarray | None]:
+    def _run_graph(self, graph: tuple[Any, list[str], list[bool]], draw: Draw) -> dict[str, np.ndarray | None]:
         function, names, nones = graph
-        tensors = self.as_tensors(values)
-        grads = function([tensors[n] for n in names], self.upstream_tensors(upstreams))
+        tensors = self.as_tensors(draw.values)
+        grads = function([tensors[n] for n in names], self.upstream_tensors(draw.upstreams))
         dense = self._densify(list(grads))
         for source, is_none in zip(self.sources, nones):
             if is_none:
                 dense[source.name] = None
         return dense
 
-    def _custom_function(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> Outcome:
+    def _custom_function(self, draw: Draw) -> Outcome:
         if self._graph_vjp is None:
             records = self._graph_records
             self._graph_vjp = self._graph(lambda a, k: self.target.custom(a, k, records, False))
         try:
-            dense = self._run_graph(self._graph_vjp, values, upstreams)
+            dense = self._run_graph(self._graph_vjp, draw)
         except Exception as error:  # the user's code raised while tracing or running
             if raised_by_gradcheck(error):
                 raise
             return Outcome("function", self._graph_records, error=error)
         return Outcome("function", self._graph_records, grads=dense)
 
-    def native_ahead(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> None:
-        """Native autodiff now, from the kept first forward pass (if it ran on ``values``), for :meth:`native` to
-        give when asked at the same values and upstreams. The tape, and with it every intermediate of the
-        forward pass, is then freed before the custom gradient runs: a check's peak memory stays that of
-        one pass, where a kept tape would add a whole forward pass's intermediates to it."""
-        if self._first_pass is not None:
-            outcome = self.native(values, upstreams)
-            self._native_ahead = (self._memo_key(values), list(upstreams), outcome)
-
-    def _take_native_ahead(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> Outcome | None:
+    def _take_native_ahead(self, draw: Draw) -> Outcome | None:
         ahead, self._native_ahead = self._native_ahead, None
         if ahead is None:
             return None
-        key, ahead_upstreams, outcome = ahead
-        return outcome if _same_objects([*self._memo_key(values), *upstreams], [*key, *ahead_upstreams]) else None
+        found = [*self._memo_key(draw.values), *draw.upstreams]
+        return ahead.outcome if same_objects(found, [*ahead.key, *ahead.upstreams]) else None
 
-    def native(self, values: dict[str, Any], upstreams: list[np.ndarray], execution: str = "eager") -> Outcome:
+    def native(self, draw: Draw, execution: str = "eager") -> Outcome:
         """Native autodiff of the same forward pass: the backward function is never called."""
-        if execution == "eager" and (ahead := self._take_native_ahead(values, upstreams)) is not None:
+        if execution == "eager" and (ahead := self._take_native_ahead(draw)) is not None:
             return ahead
+        forward: list[Any] = []
         try:
             if execution == "function":
                 if self._graph_native is None:
                     self._graph_native = self._graph(self.target.native)
-                return Outcome("function", grads=self._run_graph(self._graph_native, values, upstreams))
-            tensors = self.as_tensors(values)
-            forward: list[Any] = []
-            kept = self._take_first_pass(values)
-            if kept is not None:
-                tape, forward, watched = kept
-                grads = tape.gradient(forward, watched, output_gradients=self.upstream_tensors(upstreams))
-            else:
-                grads = self._vjp(self.target.native, tensors, self.upstream_tensors(upstreams), forward)
+                return Outcome("function", grads=self._run_graph(self._graph_native, draw))
+            tensors = self.as_tensors(draw.values)
+            grads = self._vjp(self.target.native, tensors, self.upstream_tensors(draw.upstreams), forward)
         except Exception as error:  # the user's forward raised
             if raised_by_gradcheck(error):
                 raise
             return Outcome(execution, error=error)
-        if self.output_specs is not None and len(forward) == len(self.output_specs):
+        if len(forward) == len(self.output_specs):
             # The forward pass under the tape is the one :meth:`outputs` runs: the finite differences' center.
-            self._remember(values, forward)
+            self._remember(draw.values, forward)
         return Outcome(execution, grads=self._densify(grads))
 
-    def second_order(
-        self, values: dict[str, Any], upstreams: list[np.ndarray], weights: dict[str, np.ndarray], path: str
-    ) -> Outcome:
+    def second_order(self, draw: Draw, weights: dict[str, np.ndarray], path: str) -> Outcome:
         """The gradient of ``sum_j <weights_j, first-order gradient_j>`` with respect to every source.
 
         ``path`` is ``custom`` (differentiating through the user's backward
@@ -433,12 +290,12 @@ class Harness:
         records: list[BackwardRecord] = []
         call = (lambda a, k: self.target.custom(a, k, records, True)) if path == "custom" else self.target.native
         try:
-            tensors = self.as_tensors(values)
+            tensors = self.as_tensors(draw.values)
             sources = self._source_tensors(tensors)
             with tf.GradientTape(watch_accessed_variables=False) as outer:
                 for source in sources:
                     outer.watch(source)
-                first = self._vjp(call, tensors, self.upstream_tensors(upstreams))
+                first = self._vjp(call, tensors, self.upstream_tensors(draw.upstreams))
                 total = tf.constant(0.0, dtype=tf.float64)
                 for source, grad in zip(self.sources, first):
                     if grad is None or source.name not in weights:
@@ -455,7 +312,7 @@ class Harness:
 
     # -- batched losses for finite differences -------------------------------
 
-    def losses(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> BatchedLoss:
+    def losses(self, draw: Draw) -> BatchedLoss:
         """The loss at many perturbations of one input, in as few forward calls as the function allows.
 
         Three ways, tried in order and validated once per input against
@@ -464,33 +321,14 @@ class Harness:
         broadcast over it, as elementwise ops and matmul do),
         ``tf.vectorized_map`` over them, or a loop.
         """
-        return self._batcher.losses(values, upstreams)
+        return self._batcher.losses(draw)
 
-    def first_order_loss(
-        self, values: dict[str, Any], upstreams: list[np.ndarray], weights: dict[str, np.ndarray]
-    ) -> tuple[float, float]:
+    def first_order_loss(self, draw: Draw, weights: dict[str, np.ndarray]) -> tuple[float, float]:
         """``sum_j <weights_j, custom gradient_j>``: the function whose gradient second order checks."""
-        outcome = self.custom(values, upstreams, "eager")
+        outcome = self.custom(draw, "eager")
         if outcome.error is not None:
             raise outcome.error
-        assert outcome.grads is not None
-        total = 0.0
-        scale = 0.0
-        for name, weight in weights.items():
-            grad = outcome.grads.get(name)
-            if grad is None or grad.shape != weight.shape:
-                continue
-            part, part_scale = product_sums(weight, grad)
-            total += part
-            scale += part_scale
-        return total, scale
-
-
-def _same_objects(found: list[Any], known: list[Any]) -> bool:
-    """Whether two value lists hold the very same objects, in order (frozen arrays: the same values)."""
-    return len(found) == len(known) and all(a is b for a, b in zip(found, known))
-
-
-def _all_frozen(key: list[Any]) -> bool:
-    """Whether every array among ``key`` is read-only, so that its identity stands for its values."""
-    return all(not isinstance(v, np.ndarray) or not v.flags.writeable for v in key)
+        grads = outcome.grads
+        assert grads is not None
+        pairs = ((weight, grads.get(name)) for name, weight in weights.items())
+        return pairing((weight, grad) for weight, grad in pairs if grad is not None and grad.shape == weight.shape)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from gradcheck.checking import diagnose
+from gradcheck.loss import Draw
 from gradcheck.results import Problem
 from tests.helpers import blamed, copy_fixture, invoke, reports_by_mode, run_json
 
@@ -101,8 +102,7 @@ def test_unreliable_finite_differences_of_tensorflows_own_gradient_do_not_sugges
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
-        {},
-        [],
+        Draw({}, []),
         subject_name="stepped",
         numeric_only_table="[functions.stepped]",
     )

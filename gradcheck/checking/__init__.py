@@ -29,6 +29,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Mapping
@@ -40,6 +41,7 @@ import numpy as np
 from gradcheck import tracebacks
 from gradcheck.checking import audit, draw_loop, reaching
 from gradcheck.checking.build import (
+    Built,
     NeedsConfig,
     NeedsFloat32,
     build,
@@ -48,15 +50,25 @@ from gradcheck.checking.build import (
     table_key,
 )
 from gradcheck.checking.conditions import check_conditions
-from gradcheck.checking.draws import Draws, InputTooLarge, draw_values, frozen, input_records, redraw_layer_weights
+from gradcheck.checking.draws import (
+    Draws,
+    InputTooLarge,
+    draw_values,
+    freeze,
+    input_records,
+    redraw_layer_weights,
+    seeded_upstreams,
+)
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
 from gradcheck.checking.findings import Findings, Prepared
 from gradcheck.checking.probe import ShapeGuess, guess_shapes, probe
 from gradcheck.checking.request import CheckRequest
 from gradcheck.checking.values import compare_values, values_comparable
+from gradcheck.first_pass import first_pass
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, subject_rng
 from gradcheck.instrument import Outcome, raised_by_gradcheck
+from gradcheck.loss import Draw
 from gradcheck.results import Problem, Result, format_shape
 from gradcheck.targets import ReachingTarget, WrapperTarget
 
@@ -141,14 +153,14 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
     prepared = _prepare(request, findings, keywords)
     if not isinstance(prepared, Prepared):
         return prepared
-    values, upstreams = prepared.draws(0)
-    outputs = prepared.outputs if prepared.outputs is not None else prepared.harness.outputs(values)
+    draw = prepared.draws(0)
+    outputs = prepared.outputs if prepared.outputs is not None else prepared.harness.outputs(draw.values)
     if any(not np.all(np.isfinite(o)) for o in outputs):
         findings.problems.append(_non_finite_forward())
         if findings.redrawn_because:  # draws gradcheck narrowed itself: narrower ones may still fit
             findings.domain.append("the forward output was NaN or Inf")
         return "failed"
-    outcomes = {e: prepared.harness.custom(values, upstreams, e) for e in request.settings.executions}
+    outcomes = {e: prepared.harness.custom(draw, e) for e in request.settings.executions}
     retry = keyword_convention(prepared.plan, request.subject.kind, outcomes, keywords)
     if retry:
         prepared.harness.restore()
@@ -162,7 +174,7 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         if status is not None:
             return status
         if findings.numeric_only:
-            outcomes = _as_written(prepared, values, upstreams, request.settings.executions)
+            outcomes = _as_written(prepared, draw, request.settings.executions)
     findings.backward_line = findings.backward_line or _backward_line(outcomes)
     audited = _audit(request, prepared, outcomes, findings)
     if any(p.check == "exception" for p in findings.problems):
@@ -189,9 +201,7 @@ def _reached(
     return request, None
 
 
-def _as_written(
-    prepared: Prepared, values: dict[str, Any], upstreams: list[np.ndarray], executions: tuple[str, ...]
-) -> dict[str, Outcome]:
+def _as_written(prepared: Prepared, draw: Draw, executions: tuple[str, ...]) -> dict[str, Outcome]:
     """TensorFlow's gradient of a subject that reaches no custom gradient, its code run as written.
 
     The first run made every ``tf.function`` plain Python to see the custom
@@ -203,39 +213,31 @@ def _as_written(
     if isinstance(target, ReachingTarget):
         target.as_written = True
     prepared.harness.forget_traces()
-    return {e: prepared.harness.custom(values, upstreams, e) for e in executions}
+    return {e: prepared.harness.custom(draw, e) for e in executions}
 
 
 def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]) -> Prepared | str | _Retry:
     """Build, plan (probing where shapes are open), run the first forward pass and make draw 0."""
     dtype = findings.dtype
     built = build(request, dtype)
-    plan = built.plan.with_keywords(set(keywords)) if keywords else built.plan
-    if plan.unknown:
-        try:
-            probed = probe(request, plan, built, dtype)
-        except NeedsFloat32 as clash:
-            return _float32(request, findings, clash.error)
-        if probed.plan is None:
-            findings.skip_reason = probed.skip_reason
-            return "skipped"
-        findings.notes.append(probed.note)  # type: ignore[arg-type]
-        plan = probed.plan
-    if findings.redrawn_because:
-        plan = _narrowed(plan, findings)
+    plan = _planned(request, findings, built, keywords)
+    if not isinstance(plan, CallPlan):
+        return plan
     findings.plan = plan
-    harness = findings.harness = Harness(built.target, plan, built.name_variable)
+    findings.harness = None
     settings = request.settings
     try:
-        # Frozen before the first forward pass, so that its tensors and its tape serve the later passes too.
-        values, _ = frozen(draw_values(plan, subject_rng(settings.seed, request.subject.name, 0)), [])
-        outputs = harness.outputs(values, keep_tape=settings.compares_native)
+        # Frozen before the first forward pass, so that its tensors serve the later passes too.
+        values = draw_values(plan, subject_rng(settings.seed, request.subject.name, 0))
+        freeze(values.values())
+        upstreams = functools.partial(seeded_upstreams, settings.seed, request.subject.name, 0)
+        first = first_pass(built.target, plan, values, built.name_variable, upstreams, settings.compares_native)
+        harness = findings.harness = Harness(built.target, plan, first)
         # The first forward pass found the variables: draw 0 holds their values as they are.
-        values.update(harness.variable_values())
+        values.update(harness.variables.values())
     except Exception as error:  # the forward pass raised
         if raised_by_gradcheck(error) or isinstance(error, InputTooLarge):
             raise
-        harness.restore()
         if dtype == "float64" and dtype_clash(error):
             return _float32(request, findings, error)
         findings.problems.append(exception_problem("forward pass raised", error, _path(request)))
@@ -245,7 +247,9 @@ def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         rng = subject_rng(request.settings.seed, request.subject.name + ":weights", 0)
         redraw_layer_weights(values, built.layer, harness, rng)
     draws = Draws(request.settings.seed, request.subject.name, plan, harness)
-    draws.first(values)
+    assert first.upstreams is not None  # asked for
+    draws.first(values, first.upstreams)
+    outputs = first.outputs
     if not outputs:
         findings.skip_reason = "the forward pass has no float or complex outputs: there is no gradient to check"
         return "skipped"
@@ -254,8 +258,28 @@ def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         findings.skip_reason = empty
         return "skipped"
     findings.note(*draw_loop.complex_notes(harness.output_labels))
-    harness.native_ahead(*draws(0))
     return Prepared(built, plan, harness, draws, None if redrawn else outputs)
+
+
+def _planned(
+    request: CheckRequest, findings: Findings, built: Built, keywords: frozenset[str]
+) -> CallPlan | str | _Retry:
+    """The call plan: the built one with ``keywords`` passed by keyword, probed where shapes are open,
+    narrowed once per earlier try."""
+    plan = built.plan.with_keywords(set(keywords)) if keywords else built.plan
+    if plan.unknown:
+        try:
+            probed = probe(request, plan, built, findings.dtype)
+        except NeedsFloat32 as clash:
+            return _float32(request, findings, clash.error)
+        if probed.plan is None:
+            findings.skip_reason = probed.skip_reason
+            return "skipped"
+        findings.notes.append(probed.note)  # type: ignore[arg-type]
+        plan = probed.plan
+    if findings.redrawn_because:
+        plan = _narrowed(plan, findings)
+    return plan
 
 
 def _nothing_to_compare(plan: CallPlan, values: Mapping[str, Any], outputs: list[np.ndarray]) -> str | None:

@@ -18,9 +18,12 @@ import numpy as np
 from gradcheck import _tf, nesting
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, message_of
 from gradcheck.config import VariableValue
+from gradcheck.feed import default_variable_name
+from gradcheck.first_pass import first_pass
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, plan_call
 from gradcheck.instrument import Outcome, raised_by_gradcheck
+from gradcheck.loss import Draw
 from gradcheck.targets import FunctionTarget, LayerTarget, Patch, ReachingTarget, WrapperTarget
 
 if TYPE_CHECKING:
@@ -272,8 +275,7 @@ def variable_namer(request: CheckRequest, owner: Any) -> Callable[[Any], str]:
                     continue
                 if value is variable or (_tf.is_keras_variable(value) and value.value is variable):
                     return key
-        text = getattr(variable, "name", "variable")
-        return text[:-2] if text.endswith(":0") else text
+        return default_variable_name(variable)
 
     return name
 
@@ -311,25 +313,26 @@ def keyword_convention(
 
 
 def reference_harness(
-    kind: str, dtype: str, built: Built, plan: CallPlan, harness: Harness, values: dict[str, Any], keep_tape: bool
+    kind: str, dtype: str, built: Built, plan: CallPlan, harness: Harness, draw: Draw, native: bool
 ) -> tuple[Harness, str | None]:
     """A harness that evaluates the references in float64 where the function allows it, and a note saying so.
 
     Low-precision gradients are compared with a wider reference: in
     float16 the finite difference of a smooth function often rounds to 0.
-    ``keep_tape`` keeps its first forward pass for native autodiff (:meth:`Harness.outputs`).
+    With ``native``, its first forward pass also computes native autodiff at
+    ``draw`` (:func:`~gradcheck.first_pass.first_pass`).
     """
     if dtype == "float64" or kind == "layer":
         return harness, None
-    wide = Harness(built.target, plan.with_dtype("float64"), built.name_variable)
+    wide_plan = plan.with_dtype("float64")
     try:
-        outputs = wide.outputs(values, keep_tape=keep_tape)
+        first = first_pass(built.target, wide_plan, draw.values, built.name_variable, lambda _: draw.upstreams, native)
     except Exception as error:  # the code is written for its dtype: references stay in it
         if raised_by_gradcheck(error):
             raise
-        wide.restore()
         return harness, None
-    if not all(np.all(np.isfinite(o)) for o in outputs):
+    wide = Harness(built.target, wide_plan, first)
+    if not all(np.all(np.isfinite(o)) for o in first.outputs):
         wide.restore()
         return harness, None
     return wide, f"references (native autodiff, finite differences) evaluated in float64 for {dtype} inputs"

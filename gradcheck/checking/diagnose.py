@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from gradcheck.results import Problem
 if TYPE_CHECKING:
     from gradcheck.harness import Harness
     from gradcheck.inputs import CallPlan
+    from gradcheck.loss import Draw
 
 
 def close(a: np.ndarray, b: np.ndarray, rtol: float = 1e-3) -> bool:
@@ -209,7 +210,7 @@ def identity_forward_hint(got: np.ndarray, expected: np.ndarray, upstream: np.nd
 
 def upstream_of(rerun: Rerun, shape: tuple[int, ...]) -> np.ndarray | None:
     """The upstream gradient of the one output shaped like ``shape`` (None when not exactly one)."""
-    matching = [u for u in rerun.upstreams if u.shape == tuple(shape)]
+    matching = [u for u in rerun.draw.upstreams if u.shape == tuple(shape)]
     return matching[0] if len(matching) == 1 else None
 
 
@@ -235,8 +236,8 @@ class Rerun:
     harness: Harness
     reference_harness: Harness
     plan: CallPlan
-    values: dict[str, Any]
-    upstreams: list[np.ndarray]
+    draw: Draw
+    """Draw 0."""
     subject_name: str = ""
     """The function or layer checked, for hints that name it."""
     numeric_only_table: str | None = None
@@ -355,10 +356,10 @@ def upstream_hint(rerun: Rerun, name: str, got: np.ndarray) -> str | None:
     labels = rerun.reference_harness.output_labels
     if len(labels) < 2:
         return None
-    upstreams = rerun.upstreams
+    upstreams = rerun.draw.upstreams
 
     def native_with(changed: list[np.ndarray]) -> np.ndarray | None:
-        outcome = rerun.reference_harness.native(rerun.values, changed)
+        outcome = rerun.reference_harness.native(replace(rerun.draw, upstreams=changed))
         return outcome.grads.get(name) if outcome.ok and outcome.grads else None
 
     for j, label in enumerate(labels):
@@ -400,8 +401,8 @@ def conjugate_hint(rerun: Rerun, name: str, got: np.ndarray, expected: np.ndarra
     labels = rerun.reference_harness.output_labels
     imaginary = [i for i, label in enumerate(labels) if label.endswith(".imag")]
     if not conjugated and imaginary:
-        changed = [-u if i in imaginary else u for i, u in enumerate(rerun.upstreams)]
-        outcome = rerun.reference_harness.native(rerun.values, changed)
+        changed = [-u if i in imaginary else u for i, u in enumerate(rerun.draw.upstreams)]
+        outcome = rerun.reference_harness.native(replace(rerun.draw, upstreams=changed))
         native = outcome.grads.get(name) if outcome.ok and outcome.grads else None
         conjugated = native is not None and close(got, -native if imaginary_part else native)
     if not conjugated:
@@ -424,9 +425,9 @@ def transposed_operand_hint(rerun: Rerun, name: str, expected: np.ndarray) -> st
         spec = argument.spec
         if spec is None or len(spec.shape) < 2 or spec.shape[-1] != spec.shape[-2] or spec.symmetric:
             continue
-        moved = dict(rerun.values)
-        moved[argument.name] = np.swapaxes(rerun.values[argument.name], -1, -2)
-        outcome = rerun.harness.custom(moved, rerun.upstreams, "eager")
+        moved = dict(rerun.draw.values)
+        moved[argument.name] = np.swapaxes(rerun.draw.values[argument.name], -1, -2)
+        outcome = rerun.harness.custom(rerun.draw.at(moved), "eager")
         moved_gradient = None if outcome.grads is None else outcome.grads.get(name)
         if not outcome.ok or moved_gradient is None:
             continue
@@ -440,7 +441,9 @@ def transposed_operand_hint(rerun: Rerun, name: str, expected: np.ndarray) -> st
 
 def native_with_ones_upstream(rerun: Rerun) -> dict[str, np.ndarray]:
     """Native gradients for an all-ones upstream, to recognise an ignored dy."""
-    outcome = rerun.reference_harness.native(rerun.values, [np.ones_like(u) for u in rerun.upstreams])
+    outcome = rerun.reference_harness.native(
+        replace(rerun.draw, upstreams=[np.ones_like(u) for u in rerun.draw.upstreams])
+    )
     if not outcome.ok or outcome.grads is None:
         return {}
     return {n: g for n, g in outcome.grads.items() if g is not None and np.all(np.isfinite(g))}

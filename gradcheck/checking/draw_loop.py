@@ -9,7 +9,6 @@ what is not final is judged again on fresh draws, up to
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -19,10 +18,11 @@ import numpy as np
 from gradcheck.checking.evidence import Judged, Judging, custom_gradient
 from gradcheck.checking.refine import FirstLook, first_look, gather_evidence
 from gradcheck.checking.verdict import MAX_DRAWS, Verdict, decide, non_finite_verdict, uncomputed_second_order
-from gradcheck.finite_differences import BatchedLoss, one_at_a_time
+from gradcheck.finite_differences import BatchedLoss, Loss, one_at_a_time
 from gradcheck.harness import Harness, Source
 from gradcheck.inputs import subject_rng
 from gradcheck.instrument import Outcome, raised_by_gradcheck
+from gradcheck.loss import Draw
 from gradcheck.results import Problem
 
 
@@ -146,7 +146,7 @@ def value_checks(
     judging: Judging,
     harness: Harness,
     reference_harness: Harness,
-    draws: Callable[[int], tuple[dict[str, Any], list[np.ndarray]]],
+    draws: Callable[[int], Draw],
     primary: Outcome,
     skip: set[str],
     describe: Callable[[BaseException], str],
@@ -155,21 +155,21 @@ def value_checks(
     notes: list[str] = judging.narrowed(harness.sources)
 
     def judge_draw(index: int, pending: list[Source]) -> dict[str, Verdict] | None:
-        values, upstreams = draws(index)
-        custom = primary if index == 0 else harness.custom(values, upstreams, primary.execution)
+        draw = draws(index)
+        values = draw.values
+        custom = primary if index == 0 else harness.custom(draw, primary.execution)
         if not custom.ok:
             return None
         native = None
         if judging.settings.compares_native:
-            native = reference_harness.native(values, upstreams)
+            native = reference_harness.native(draw)
             if not native.ok and index == 0:
                 notes.append(
                     f"native autodiff of the forward pass raised ({describe(native.error)}); "  # type: ignore[arg-type]
                     "finite differences decide"
                 )
-        losses = reference_harness.losses(values, upstreams)
-        loss = functools.partial(reference_harness.loss, upstreams=upstreams)
-        look = first_look(judging, pending, index, values, custom, native, losses, loss)
+        losses = reference_harness.losses(draw)
+        look = first_look(judging, pending, index, values, custom, native, losses, _loss_at(reference_harness, draw))
         found = {}
         for source in pending:
             found[source.name] = judge_source(judging, source, index, values, custom, native, losses, 1, look)
@@ -179,6 +179,11 @@ def value_checks(
 
     pending = [s for s in harness.sources if s.name not in skip]
     return draw_loop(harness.sources, pending, judge_draw, notes)
+
+
+def _loss_at(harness: Harness, draw: Draw) -> Loss:
+    """The loss as finite differences see it: a function of the values, at the draw's upstream gradients."""
+    return lambda moved: harness.loss(draw.at(moved))
 
 
 def redraw_notes(judgement: Judgement, failed: bool) -> list[str]:
@@ -209,7 +214,7 @@ def second_order_checks(
     judging: Judging,
     harness: Harness,
     reference_harness: Harness,
-    draws: Callable[[int], tuple[dict[str, Any], list[np.ndarray]]],
+    draws: Callable[[int], Draw],
     skip: set[str],
     describe: Callable[[BaseException], str],
 ) -> Judgement:
@@ -219,18 +224,18 @@ def second_order_checks(
     failed: list[Problem] = []
 
     def judge_draw(index: int, pending: list[Source]) -> dict[str, Verdict] | None:
-        values, upstreams = draws(index)
+        draw = draws(index)
         rng = subject_rng(judging.settings.seed, judging.subject_name + ":second-order", index)
         weights = {s.name: rng.standard_normal(size=s.shape) for s in sources}
-        custom = harness.second_order(values, upstreams, weights, "custom")
+        custom = harness.second_order(draw, weights, "custom")
         if not custom.ok:
             failed.append(uncomputed_second_order(describe(custom.error)))  # type: ignore[arg-type]
             return None
         native = None
         if judging.settings.compares_native:
-            native = reference_harness.second_order(values, upstreams, weights, "native")
-        losses = one_at_a_time(lambda moved: reference_harness.first_order_loss(moved, upstreams, weights), values)
-        return {s.name: judge_source(judging, s, index, values, custom, native, losses, 2) for s in pending}
+            native = reference_harness.second_order(draw, weights, "native")
+        losses = one_at_a_time(lambda moved: reference_harness.first_order_loss(draw.at(moved), weights), draw.values)
+        return {s.name: judge_source(judging, s, index, draw.values, custom, native, losses, 2) for s in pending}
 
     judgement = draw_loop(sources, sources, judge_draw, [])
     return replace(judgement, problems=[*judgement.problems, *failed]) if failed else judgement

@@ -4,6 +4,7 @@ layer weights redrawn; the inputs as fed, for the report."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -11,8 +12,10 @@ import numpy as np
 
 from gradcheck import _tf
 from gradcheck.arrays import standard_normal
+from gradcheck.first_pass import OutputSpec
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, draw_tensor, subject_rng
+from gradcheck.loss import Draw
 from gradcheck.results import InputRecord, format_shape
 
 if TYPE_CHECKING:
@@ -32,32 +35,43 @@ class Draws:
     name: str
     plan: CallPlan
     harness: Harness
-    _made: dict[int, tuple[dict[str, Any], list[np.ndarray]]] = field(default_factory=dict)
+    _made: dict[int, Draw] = field(default_factory=dict)
 
-    def first(self, values: dict[str, Any]) -> None:
-        """Record draw 0 (the values the first forward pass ran on)."""
-        self._made[0] = frozen(values, self.upstreams(0))
+    def first(self, values: dict[str, Any], upstreams: list[np.ndarray]) -> None:
+        """Record draw 0: the values the first forward pass ran on, the upstream gradients it made."""
+        self._made[0] = _frozen(values, upstreams)
 
-    def __call__(self, index: int) -> tuple[dict[str, Any], list[np.ndarray]]:
+    def __call__(self, index: int) -> Draw:
         if index not in self._made:
             values = draw_values(self.plan, subject_rng(self.seed, self.name, index))
-            first = self._made[0][0]
+            first = self._made[0].values
             values.update({name: first[name] for name, _ in self.harness.variables})
-            self._made[index] = frozen(values, self.upstreams(index))
+            self._made[index] = _frozen(values, self.upstreams(index))
         return self._made[index]
 
     def upstreams(self, index: int) -> list[np.ndarray]:
         """The seeded upstream gradients of draw ``index``, one per output."""
-        rng = subject_rng(self.seed, self.name + ":upstream", index)
-        return [standard_normal(rng, spec.shape) for spec in self.harness.output_specs or []]
+        return seeded_upstreams(self.seed, self.name, index, self.harness.output_specs)
 
 
-def frozen(values: dict[str, Any], upstreams: list[np.ndarray]) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """A draw whose arrays cannot change: the harness then converts each to a tensor only once."""
-    for array in [*values.values(), *upstreams]:
+def seeded_upstreams(seed: int, name: str, index: int, specs: list[OutputSpec]) -> list[np.ndarray]:
+    """The seeded upstream gradients of draw ``index`` for outputs ``specs``, read-only."""
+    rng = subject_rng(seed, name + ":upstream", index)
+    upstreams = [standard_normal(rng, spec.shape) for spec in specs]
+    freeze(upstreams)
+    return upstreams
+
+
+def freeze(arrays: Iterable[Any]) -> None:
+    """Make the arrays among ``arrays`` read-only: the harness then converts each to a tensor only once."""
+    for array in arrays:
         if isinstance(array, np.ndarray):
             array.flags.writeable = False
-    return values, upstreams
+
+
+def _frozen(values: dict[str, Any], upstreams: list[np.ndarray]) -> Draw:
+    freeze([*values.values(), *upstreams])
+    return Draw(values, upstreams)
 
 
 def redraw_layer_weights(values: dict[str, Any], layer: Any, harness: Harness, rng: np.random.Generator) -> None:

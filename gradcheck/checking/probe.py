@@ -9,7 +9,7 @@ import numpy as np
 
 from gradcheck import probing
 from gradcheck.checking.exceptions import UserCodeError, describe_exception
-from gradcheck.harness import Harness
+from gradcheck.first_pass import first_pass
 from gradcheck.inputs import CallPlan, TensorSpec, subject_rng
 from gradcheck.instrument import raised_by_gradcheck
 from gradcheck.results import format_shape
@@ -41,16 +41,15 @@ def probe(request: CheckRequest, plan: CallPlan, built: Built, dtype: str) -> Pr
 
     def forward(guess: probing.Guess) -> probing.Attempt:
         candidate = plan.with_specs(guess_specs(guess, names, dtype))
-        harness = Harness(built.target, candidate, built.name_variable)
         values = draw_values(candidate, subject_rng(request.settings.seed, subject.name, 0))
         try:
-            outputs = harness.outputs(values)
+            first = first_pass(built.target, candidate, values, built.name_variable)
         except Exception as error:  # the forward refused these shapes (or these values)
             if raised_by_gradcheck(error):
                 raise
             return probing.Attempt(guess, error=error)
-        finally:
-            harness.restore()
+        first.variables.restore()
+        outputs = first.outputs
         return probing.Attempt(guess, finite=all(np.all(np.isfinite(o)) for o in outputs), outputs=bool(outputs))
 
     found = search.run(forward, stop=_stop_probing)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
-
 from gradcheck.checking import audit, diagnose, draw_loop
 from gradcheck.checking.build import reference_harness, table_key
 from gradcheck.checking.evidence import Judging
@@ -55,14 +53,14 @@ def compare_values(
         findings.problems.extend(differing)
     skip = {p.input for p in findings.problems if p.check in ("shape", "variables", "count") and p.input}
     skip |= not_tensors
-    values, upstreams = prepared.draws(0)
+    draw = prepared.draws(0)
     wide, note = reference_harness(
         request.subject.kind,
         findings.dtype,
         prepared.built,
         prepared.plan,
         prepared.harness,
-        values,
+        draw,
         settings.compares_native,
     )
     findings.reference_harness = wide
@@ -73,8 +71,7 @@ def compare_values(
         prepared.harness,
         wide,
         prepared.plan,
-        values,
-        upstreams,
+        draw,
         subject_name=request.subject.name,
         numeric_only_table=table_key(request) if findings.numeric_only else None,
     )
@@ -92,14 +89,13 @@ def compare_values(
 
 def _judging(request: CheckRequest, prepared: Prepared, wide: Harness) -> Judging:
     """What judging needs that does not change from one gradient to the next."""
-    output_size = sum(int(np.prod(spec.shape, dtype=np.int64)) for spec in prepared.harness.output_specs or [])
     return Judging(
         settings=request.settings,
         subject_name=request.subject.name,
         wide=wide is not prepared.harness,
-        output_size=output_size,
+        output_size=prepared.harness.output_size,
         batching=wide.batching,  # the live mapping: the harness learns each strategy as it first perturbs
-        output_dtypes=tuple(spec.dtype for spec in wide.output_specs or []),
+        output_dtypes=tuple(spec.dtype for spec in wide.output_specs),
     )
 
 
