@@ -186,6 +186,7 @@ def non_finite_verdict(judged: Judged, notes: list[str], native: Outcome | None)
         worst_index=index,
         hint="a division by zero, log of zero, or an overflowing exp in the backward function?",
         order=judged.order,
+        reason="non-finite-gradient",
     )
     domain = None
     if _native_non_finite_too(judged, native):
