@@ -9,16 +9,20 @@ no part of any report: every format renders the same with it and without.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, get_args
 
 import numpy as np
 import pytest
 
-from gradcheck.checking import draw_loop, verdict
+from gradcheck import starter
+from gradcheck.checking import ShapeGuess, draw_loop, verdict
+from gradcheck.checking.build import NeedsConfig
 from gradcheck.checking.evidence import Judged
 from gradcheck.reporting import FORMATS, render
 from gradcheck.results import Problem, Reason, Result, RunReport
+from tests.helpers import write
 
 # -- the reports ---------------------------------------------------------------------------------
 
@@ -89,3 +93,79 @@ def test_the_forward_being_nan_too_keys_on_the_reason_not_the_message() -> None:
         final=True, problems=[Problem("finite", "x", "the gradient of x has NaN or Inf at 1 of 2 elements")]
     )
     assert draw_loop._forward_non_finite_too(lookalike, NAN_FORWARD, {}).domain is None
+
+
+# -- gradcheck init: a class that needs constructor arguments -----------------------------------------
+
+SCALERS = """
+    import tensorflow as tf
+
+
+    class Scaler:
+        def __init__(self, factor):
+            self.factor = factor
+
+        @tf.custom_gradient
+        def apply(self, x):
+            def grad(dy):
+                return dy * self.factor
+            return x * self.factor, grad
+
+
+    class Refuser:
+        def __init__(self):
+            raise ValueError("no")
+
+        @tf.custom_gradient
+        def apply(self, x):
+            def grad(dy):
+                return dy
+            return tf.identity(x), grad
+"""
+
+
+def _entries(project: Path) -> dict[str, starter.StarterEntry]:
+    write(project, "ops.py", SCALERS)
+    return {entry.name: entry for entry in starter.starter_entries(("ops.py",)).entries}
+
+
+def test_a_constructor_asks_for_init_by_its_reason(project: Path) -> None:
+    entries = _entries(project)
+    assert entries["Scaler.apply"].needs_init and entries["Scaler.apply"].init_parameters == ("factor",)
+    assert entries["Refuser.apply"].needs_init
+
+
+def test_the_guess_carries_the_reason_the_build_found(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[ShapeGuess] = []
+
+    def guessed(request: Any) -> ShapeGuess:
+        seen.append(starter_guess(request))
+        return seen[-1]
+
+    starter_guess = starter.guess_shapes
+    monkeypatch.setattr(starter, "guess_shapes", guessed)
+    _entries(project)
+    assert sorted(guess.reason or "" for guess in seen) == ["init-raised", "needs-init"]
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason", "needs_init"),
+    [
+        ("the class wants its arguments", "needs-init", True),
+        ("building it raised", "init-raised", True),
+        ("could not construct Scaler(**init) for the method", None, False),
+        ("Scaler(...) needs constructor arguments", None, False),
+    ],
+)
+def test_gradcheck_init_keys_on_the_reason_not_the_message(
+    project: Path, monkeypatch: pytest.MonkeyPatch, failure: str, reason: Reason | None, needs_init: bool
+) -> None:
+    monkeypatch.setattr(starter, "guess_shapes", lambda request: ShapeGuess(None, failure=failure, reason=reason))
+    entry = _entries(project)["Scaler.apply"]
+    assert entry.failure == failure and entry.needs_init is needs_init
+    assert entry.init_parameters == (("factor",) if needs_init else ())
+
+
+def test_needs_config_says_which_config() -> None:
+    assert NeedsConfig("add init", "needs-init").reason == "needs-init"
+    assert NeedsConfig("add constants", "needs-constants", (("n", "..."),)).constants == (("n", "..."),)

@@ -59,7 +59,7 @@ from gradcheck.discovery import import_root
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, subject_rng
 from gradcheck.instrument import Outcome, raised_by_gradcheck
-from gradcheck.results import Problem, Result, format_shape
+from gradcheck.results import Problem, Reason, Result, format_shape
 from gradcheck.targets import ReachingTarget, WrapperTarget
 
 __all__ = ["CheckRequest", "ShapeGuess", "check_subject", "guess_shapes", "input_records"]
@@ -367,6 +367,8 @@ class ShapeGuess:
     """Why no shapes could be found (forward pass raising, no candidate accepted)."""
     constants: tuple[tuple[str, str], ...] = ()
     """Arguments that are Python values, not tensors: each name with the TOML placeholder the config needs."""
+    reason: Reason | None = None
+    """Why, where building the target found it (a constructor wanting arguments, or raising)."""
 
 
 def guess_shapes(request: CheckRequest) -> ShapeGuess:
@@ -383,9 +385,9 @@ def guess_shapes(request: CheckRequest) -> ShapeGuess:
                     return ShapeGuess(plan=built.plan)
                 probed = probe(request, built.plan, built, dtype)
             except NeedsConfig as error:
-                return ShapeGuess(plan=None, failure=str(error), constants=error.constants)
+                return ShapeGuess(plan=None, failure=str(error), constants=error.constants, reason=error.reason)
             except UserCodeError as error:
-                return ShapeGuess(plan=None, failure=str(error))
+                return ShapeGuess(plan=None, failure=str(error), reason=error.reason)
             except NeedsFloat32 as error:
                 if dtype == "float32":
                     return ShapeGuess(plan=None, failure=str(error))
