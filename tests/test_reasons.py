@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from gradcheck import starter
-from gradcheck.checking import ShapeGuess, draw_loop, verdict
+from gradcheck.checking import ShapeGuess, diagnose, draw_loop, verdict
 from gradcheck.checking.build import NeedsConfig
 from gradcheck.checking.evidence import Judged
 from gradcheck.reporting import FORMATS, render
@@ -169,3 +169,34 @@ def test_gradcheck_init_keys_on_the_reason_not_the_message(
 def test_needs_config_says_which_config() -> None:
     assert NeedsConfig("add init", "needs-init").reason == "needs-init"
     assert NeedsConfig("add constants", "needs-constants", (("n", "..."),)).constants == (("n", "..."),)
+
+
+# -- the hints: finite differences unreliable for TensorFlow's own gradient --------------------------------
+
+
+def _numeric_only(problem: Problem) -> Problem:
+    nothing: Any = None
+    rerun = diagnose.Rerun(
+        nothing,
+        nothing,
+        nothing,
+        {},
+        [],
+        subject_name="stepped",
+        numeric_only_table="[functions.stepped]",
+    )
+    (hinted,) = diagnose.with_hints([problem], {}, rerun)
+    return hinted
+
+
+def test_the_unreliable_problem_says_so_in_its_reason() -> None:
+    problem = verdict._unreliable_problem(Judged(SOURCE, 0, {}, np.zeros(2), NO_LOSSES, "eager", 1))
+    assert problem.reason == "unreliable-numeric" and problem.hint == verdict.UNRELIABLE_HINT
+
+
+def test_the_numeric_only_hint_keys_on_the_reason_not_the_hint() -> None:
+    reworded = Problem("numeric", "x", "unreliable", hint="reference native, maybe?", reason="unreliable-numeric")
+    assert _numeric_only(reworded).hint == diagnose.unreliable_numeric_only_hint("stepped", "[functions.stepped]")
+    # The same hint text without the reason is some other problem's hint, kept as it is.
+    lookalike = Problem("numeric", "x", "differs", hint=verdict.UNRELIABLE_HINT)
+    assert _numeric_only(lookalike) == lookalike

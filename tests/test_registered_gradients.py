@@ -96,7 +96,9 @@ def test_the_text_report_shows_the_hint(folder: Path) -> None:
 
 def test_unreliable_finite_differences_of_tensorflows_own_gradient_do_not_suggest_native() -> None:
     # reference = "native" cannot help a function that reaches no custom gradient: native is the gradient judged.
-    unreliable = Problem("numeric", "x", "finite differences were unreliable", hint=diagnose.UNRELIABLE_HINT)
+    unreliable = Problem(
+        "numeric", "x", "finite differences were unreliable", hint=diagnose.UNRELIABLE_HINT, reason="unreliable-numeric"
+    )
     rerun = diagnose.Rerun(
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]

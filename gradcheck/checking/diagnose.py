@@ -297,7 +297,7 @@ def _numeric_only_hinted(problem: Problem, subject: str, table: str) -> Problem:
     """
     if problem.check != "numeric" or problem.order != 1:
         return problem
-    if problem.hint == UNRELIABLE_HINT:
+    if problem.reason == "unreliable-numeric":
         return replace(problem, hint=unreliable_numeric_only_hint(subject, table))
     if problem.hint is None:
         return replace(problem, hint=registered_gradient_hint(subject, table))

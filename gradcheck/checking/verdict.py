@@ -150,6 +150,7 @@ def _unreliable_problem(judged: Judged) -> Problem:
         execution=judged.execution,
         hint=UNRELIABLE_HINT,
         order=judged.order,
+        reason="unreliable-numeric",
     )
 
 
