@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from gradcheck.checking.diagnose import UNRELIABLE_HINT
 from gradcheck.checking.evidence import Evidence, Judged, Judging, NativeEvidence, NumericEvidence
 from gradcheck.compare import NOISE_FLOOR, UNRELIABLE, Tolerance, compare_elementwise, heat_map
 from gradcheck.instrument import Outcome
@@ -139,6 +138,10 @@ def numeric_problem(judged: Judged, numeric: NumericEvidence, localiser: np.ndar
         worst_index=located.worst_index if located is not None else None,
         order=judged.order,
     )
+
+
+#: Finite differences could not judge a gradient at any draw, and nothing else could.
+UNRELIABLE_HINT = 'check with reference = "native", or draw inputs away from the kink'
 
 
 def _unreliable_problem(judged: Judged) -> Problem:
