@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import importlib.metadata
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 #: The checks a problem can belong to, as the JSON report (documented in the README) lists them.
 CHECKS = (
@@ -24,6 +24,17 @@ CHECKS = (
     "exception",
     "import",
 )
+
+#: Why a problem was found, or why a subject could not be built, as a code for the code that must tell
+#: the situation from others (the message says it to people, and may be reworded): set where the
+#: situation is found, and no part of any report.
+Reason = Literal[
+    "non-finite-gradient",  # a custom gradient holds NaN or Inf
+    "unreliable-numeric",  # finite differences could not judge the gradient at any draw, nor anything else
+    "needs-init",  # a class needs constructor arguments the config does not give
+    "init-raised",  # the class's constructor raised on the arguments it was given
+    "needs-constants",  # arguments that are Python values, which the config must give
+]
 
 STATUSES = ("passed", "failed", "error", "skipped")
 
@@ -145,6 +156,8 @@ class Problem:
     """The formatted traceback of an ``exception`` (or ``execution``) problem, from the
     first frame in the user's file on; shown with ``-v`` and in JUnit ``<error>``
     texts, not part of the JSON report (the message already names the user's line)."""
+    reason: Reason | None = None
+    """What situation this is, for code that must recognise it (not the message); in no report."""
 
     def to_dict(self) -> dict[str, Any]:
         """This problem as one entry of the JSON report's ``problems`` list."""

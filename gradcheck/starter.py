@@ -100,9 +100,7 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0, exclusions: tuple[E
         guess = guess_shapes(request)
         if guess.plan is None:
             failure = guess.failure or "no shapes found"
-            needs_init = subject.binding in ("method", "layer") and (
-                "could not construct" in failure or "needs constructor arguments" in failure
-            )
+            needs_init = subject.binding in ("method", "layer") and guess.reason in ("needs-init", "init-raised")
             parameters = _required(_called(subject), skip_first=subject.binding in ("method", "layer"))
             hints = probing.hints_for(_called(subject), parameters)
             entries.append(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gradcheck.checking import diagnose
+from gradcheck.checking import diagnose, verdict
 from gradcheck.loss import Draw
 from gradcheck.results import Problem
 from tests.helpers import blamed, copy_fixture, invoke, reports_by_mode, run_json
@@ -97,7 +97,9 @@ def test_the_text_report_shows_the_hint(folder: Path) -> None:
 
 def test_unreliable_finite_differences_of_tensorflows_own_gradient_do_not_suggest_native() -> None:
     # reference = "native" cannot help a function that reaches no custom gradient: native is the gradient judged.
-    unreliable = Problem("numeric", "x", "finite differences were unreliable", hint=diagnose.UNRELIABLE_HINT)
+    unreliable = Problem(
+        "numeric", "x", "finite differences were unreliable", hint=verdict.UNRELIABLE_HINT, reason="unreliable-numeric"
+    )
     rerun = diagnose.Rerun(
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]

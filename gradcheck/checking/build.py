@@ -24,6 +24,7 @@ from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, plan_call
 from gradcheck.instrument import Outcome, raised_by_gradcheck
 from gradcheck.loss import Draw
+from gradcheck.results import Reason
 from gradcheck.targets import FunctionTarget, LayerTarget, Patch, ReachingTarget, WrapperTarget
 
 if TYPE_CHECKING:
@@ -40,8 +41,10 @@ _DTYPE_CLASH = re.compile(
 class NeedsConfig(Exception):
     """The config must give what gradcheck cannot make: constructor arguments, or Python-valued arguments."""
 
-    def __init__(self, message: str, constants: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(self, message: str, reason: Reason, constants: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(message)
+        self.reason = reason
+        """Which the config must give: ``needs-init`` or ``needs-constants``."""
         self.constants = constants
         """The ``constants`` entries asked for, each a name and its TOML placeholder (for ``gradcheck init``)."""
 
@@ -102,7 +105,7 @@ def _construct(request: CheckRequest, cls: type, kwargs: dict[str, Any], what: s
     try:
         inspect.signature(cls).bind(**kwargs)
     except TypeError as error:
-        raise NeedsConfig(_init_hint(request, cls, given, error)) from error
+        raise NeedsConfig(_init_hint(request, cls, given, error), "needs-init") from error
     except ValueError:  # no signature to check against: let the call itself tell
         pass
     try:
@@ -116,7 +119,7 @@ def _construct(request: CheckRequest, cls: type, kwargs: dict[str, Any], what: s
         else:
             advice = f"it rejected the init values given ({', '.join(given)}): check them"
         raise UserCodeError(
-            f"could not construct {cls.__name__}(**init) for the {what}: {described}; {advice}"
+            f"could not construct {cls.__name__}(**init) for the {what}: {described}; {advice}", "init-raised"
         ) from error
 
 
@@ -185,7 +188,9 @@ def _refuse_python_values(request: CheckRequest, forward: Callable[..., Any], pl
         described = [f"{name} ({_python_kind(found)}: {found.reason})" for name, found in wanted]
         what = f"arguments {', '.join(described[:-1])} and {described[-1]} are not tensors"
     raise NeedsConfig(
-        f"{what}; add to {request.config_label}: {table_key(request)} constants = {{ {line} }}", placeholders
+        f"{what}; add to {request.config_label}: {table_key(request)} constants = {{ {line} }}",
+        "needs-constants",
+        placeholders,
     )
 
 

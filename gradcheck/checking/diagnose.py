@@ -3,9 +3,11 @@
 Not every hint is here. The audit writes its structural problems' hints (a
 gradient's count, dtype or shape, a missing ``variables``; the shape one with
 :func:`shape_hint` from here), the verdict its own (a kink, a non-finite
-gradient, a second order that cannot be computed; the unreliable one is
-:data:`UNRELIABLE_HINT` from here), and the run those of its errors (an
-import, an exception, float32 code, inputs too large).
+gradient, finite differences unreliable at every draw, a second order that
+cannot be computed), and the run those of its errors (an import, an
+exception, float32 code, inputs too large). A subject that reaches no custom
+gradient has its own hints here, the unreliable one found by the problem's
+``reason``, not by its hint's text.
 
 The pure pattern tests (numpy only, tested without TensorFlow) come first;
 then the hints that rerun the backward function or native autodiff with one
@@ -288,10 +290,6 @@ def with_hints(problems: list[Problem], verdicts: Mapping[str, HintEvidence], re
     return hinted
 
 
-#: Finite differences could not judge a gradient at any draw, and nothing else could.
-UNRELIABLE_HINT = 'check with reference = "native", or draw inputs away from the kink'
-
-
 def _numeric_only_hinted(problem: Problem, subject: str, table: str) -> Problem:
     """The hint for a subject that reaches no custom gradient: its gradient is TensorFlow's own.
 
@@ -302,7 +300,7 @@ def _numeric_only_hinted(problem: Problem, subject: str, table: str) -> Problem:
     """
     if problem.check != "numeric" or problem.order != 1:
         return problem
-    if problem.hint == UNRELIABLE_HINT:
+    if problem.reason == "unreliable-numeric":
         return replace(problem, hint=unreliable_numeric_only_hint(subject, table))
     if problem.hint is None:
         return replace(problem, hint=registered_gradient_hint(subject, table))

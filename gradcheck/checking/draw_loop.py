@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gradcheck.checking.evidence import Judged, Judging, custom_gradient
+from gradcheck.checking.evidence import Judged, Judging, custom_gradient, gradient_label
 from gradcheck.checking.refine import FirstLook, first_look, gather_evidence
 from gradcheck.checking.verdict import MAX_DRAWS, Verdict, decide, non_finite_verdict, uncomputed_second_order
 from gradcheck.finite_differences import BatchedLoss, Loss, one_at_a_time
@@ -62,8 +62,8 @@ def judge_source(
 
 def _forward_non_finite_too(verdict: Verdict, harness: Harness, values: dict[str, Any]) -> Verdict:
     """A NaN gradient with no native autodiff to look at: the draw's fault where the forward output is NaN too."""
-    finite = next((p for p in verdict.problems if p.check == "finite"), None)
-    if finite is None:
+    finite = next((p for p in verdict.problems if p.reason == "non-finite-gradient"), None)
+    if finite is None or finite.input is None:
         return verdict
     try:
         outputs = harness.outputs(values)
@@ -73,7 +73,7 @@ def _forward_non_finite_too(verdict: Verdict, harness: Harness, values: dict[str
         return verdict
     if all(np.all(np.isfinite(o)) for o in outputs):
         return verdict
-    what = finite.message.split(" has NaN")[0].removeprefix("the ")
+    what = gradient_label(finite.input, finite.order)
     return replace(verdict, domain=f"the {what} was NaN or Inf where the forward output is NaN or Inf too")
 
 

@@ -129,7 +129,12 @@ class Judged:
     @property
     def what(self) -> str:
         """``gradient of x`` or ``second-order gradient of x``, for messages."""
-        return f"{'second-order ' if self.order == 2 else ''}gradient of {self.source.name}"
+        return gradient_label(self.source.name, self.order)
+
+
+def gradient_label(name: str, order: int) -> str:
+    """``gradient of x`` or ``second-order gradient of x``: the gradient a problem on ``name`` is about."""
+    return f"{'second-order ' if order == 2 else ''}gradient of {name}"
 
 
 @dataclass(frozen=True)

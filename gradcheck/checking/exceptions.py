@@ -6,7 +6,7 @@ import re
 import traceback
 
 from gradcheck import tracebacks
-from gradcheck.results import Problem
+from gradcheck.results import Problem, Reason
 from gradcheck.tracebacks import message_of as message_of
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -14,6 +14,11 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 class UserCodeError(Exception):
     """The user's code raised before any gradient could be computed."""
+
+    def __init__(self, message: str, reason: Reason | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        """Where the code raised, where a caller must tell (the constructor: ``init-raised``)."""
 
 
 def strip_ansi(text: str) -> str:

@@ -12,7 +12,7 @@ from gradcheck.checking.exceptions import UserCodeError, describe_exception
 from gradcheck.first_pass import first_pass
 from gradcheck.inputs import CallPlan, TensorSpec, subject_rng
 from gradcheck.instrument import raised_by_gradcheck
-from gradcheck.results import format_shape
+from gradcheck.results import Reason, format_shape
 
 if TYPE_CHECKING:
     from gradcheck.checking.request import CheckRequest
@@ -194,6 +194,8 @@ class ShapeGuess:
     """Why no shapes could be found (forward pass raising, no candidate accepted)."""
     constants: tuple[tuple[str, str], ...] = ()
     """Arguments that are Python values, not tensors: each name with the TOML placeholder the config needs."""
+    reason: Reason | None = None
+    """Why, where building the target found it (a constructor wanting arguments, or raising)."""
 
 
 def guess_shapes(request: CheckRequest) -> ShapeGuess:
@@ -210,9 +212,9 @@ def guess_shapes(request: CheckRequest) -> ShapeGuess:
                     return ShapeGuess(plan=built.plan)
                 probed = probe(request, built.plan, built, dtype)
             except NeedsConfig as error:
-                return ShapeGuess(plan=None, failure=str(error), constants=error.constants)
+                return ShapeGuess(plan=None, failure=str(error), constants=error.constants, reason=error.reason)
             except UserCodeError as error:
-                return ShapeGuess(plan=None, failure=str(error))
+                return ShapeGuess(plan=None, failure=str(error), reason=error.reason)
             except NeedsFloat32 as error:
                 if dtype == "float32":
                     return ShapeGuess(plan=None, failure=str(error))

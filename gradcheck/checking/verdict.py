@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from gradcheck.checking.diagnose import UNRELIABLE_HINT
 from gradcheck.checking.evidence import Evidence, Judged, Judging, NativeEvidence, NumericEvidence
 from gradcheck.compare import NOISE_FLOOR, UNRELIABLE, Tolerance, compare_elementwise, heat_map
 from gradcheck.instrument import Outcome
@@ -141,6 +140,10 @@ def numeric_problem(judged: Judged, numeric: NumericEvidence, localiser: np.ndar
     )
 
 
+#: Finite differences could not judge a gradient at any draw, and nothing else could.
+UNRELIABLE_HINT = 'check with reference = "native", or draw inputs away from the kink'
+
+
 def _unreliable_problem(judged: Judged) -> Problem:
     return Problem(
         "numeric",
@@ -150,6 +153,7 @@ def _unreliable_problem(judged: Judged) -> Problem:
         execution=judged.execution,
         hint=UNRELIABLE_HINT,
         order=judged.order,
+        reason="unreliable-numeric",
     )
 
 
@@ -186,6 +190,7 @@ def non_finite_verdict(judged: Judged, notes: list[str], native: Outcome | None)
         worst_index=index,
         hint="a division by zero, log of zero, or an overflowing exp in the backward function?",
         order=judged.order,
+        reason="non-finite-gradient",
     )
     domain = None
     if _native_non_finite_too(judged, native):
