@@ -54,8 +54,15 @@ COMPLEX_DTYPES = tuple(COMPLEX_PARTS)
 
 #: The integer dtypes an input may be given; its values are not differentiated.
 INTEGER_DTYPES = ("int32", "int64")
+#: The dtype of integer inputs (labels, indices) where the config names none.
+INTEGER_DEFAULT = "int32"
 
 
 def narrowest(*dtypes: str) -> str:
     """The least precise of float ``dtypes`` (unknown names count as float64)."""
     return min(dtypes, key=lambda d: PRECISION.index(d) if d in PRECISION else len(PRECISION))
+
+
+def complex_holding(dtype: str) -> str:
+    """The complex dtype drawn beside ``dtype`` floats: the least precise whose parts are at least as precise."""
+    return next(c for c in COMPLEX_DTYPES if PRECISION.index(COMPLEX_PARTS[c]) >= PRECISION.index(dtype))

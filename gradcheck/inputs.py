@@ -20,7 +20,7 @@ import numpy as np
 from gradcheck import probing
 from gradcheck.arrays import standard_normal
 from gradcheck.config import InputConfig, SubjectConfig, closest
-from gradcheck.dtypes import COMPLEX_DTYPES, COMPLEX_PARTS, FLOAT_DTYPES
+from gradcheck.dtypes import COMPLEX_DTYPES, COMPLEX_PARTS, FLOAT_DTYPES, INTEGER_DEFAULT
 from gradcheck.errors import ConfigError
 
 
@@ -297,7 +297,7 @@ def resolve_shape(shape: tuple[int | str, ...], dims: Mapping[str, int], label: 
 
 def tensor_spec(config: InputConfig, dims: Mapping[str, int], dtype: str, label: str, key: str) -> TensorSpec:
     """A drawable spec from a configured input."""
-    resolved_dtype = config.dtype or ("int32" if config.distribution == "integer" else dtype)
+    resolved_dtype = config.dtype or (INTEGER_DEFAULT if config.distribution == "integer" else dtype)
     return TensorSpec(
         shape=resolve_shape(config.shape, dims, label, key),
         dtype=resolved_dtype,

@@ -44,6 +44,10 @@ def test_integer_dtypes_are_numpy_integers(name: str) -> None:
     assert np.dtype(name).kind == "i"
 
 
+def test_the_integer_default_is_an_integer_dtype() -> None:
+    assert dtypes.INTEGER_DEFAULT in dtypes.INTEGER_DTYPES
+
+
 @pytest.mark.parametrize("facts", dtypes.FLOATS, ids=lambda facts: facts.name)
 def test_default_tolerances_are_above_rounding_and_tighter_against_native(facts: dtypes.FloatDtype) -> None:
     assert facts.epsilon < facts.native_rtol <= facts.numeric_rtol
@@ -65,3 +69,11 @@ def test_narrowest_is_the_least_precise_and_unknown_names_count_as_float64() -> 
     assert dtypes.narrowest("bfloat16", "float16") == "bfloat16"
     assert dtypes.narrowest("int32", "float64") == "float64"
     assert dtypes.narrowest("int32") == "int32"
+
+
+@pytest.mark.parametrize(
+    ("dtype", "expected"),
+    [("float64", "complex128"), ("float32", "complex64"), ("float16", "complex64"), ("bfloat16", "complex64")],
+)
+def test_complex_holding_keeps_the_floats_precision(dtype: str, expected: str) -> None:
+    assert dtypes.complex_holding(dtype) == expected
