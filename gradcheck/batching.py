@@ -17,7 +17,8 @@ import numpy as np
 
 from gradcheck import _tf, loss
 from gradcheck.arrays import aligned_empty
-from gradcheck.finite_differences import BATCH_FLOATS, EPSILON, BatchedLoss, Perturbations, one_at_a_time
+from gradcheck.dtypes import EPSILON
+from gradcheck.finite_differences import BATCH_FLOATS, BatchedLoss, Perturbations, one_at_a_time
 from gradcheck.inputs import CallPlan
 from gradcheck.instrument import raised_by_gradcheck
 from gradcheck.loss import Draw

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gradcheck.arrays import BLOCK
+from gradcheck.dtypes import FLOAT
 from gradcheck.results import HeatMap
 
 
@@ -27,21 +28,6 @@ class Tolerance:
     atol: float
 
 
-# Native autodiff is exact up to rounding, so it is held to a tighter bound
-# than finite differences, whose own error is estimated separately and added.
-_NATIVE = {
-    "float64": Tolerance(rtol=1e-6, atol=1e-9),
-    "float32": Tolerance(rtol=1e-4, atol=1e-6),
-    "float16": Tolerance(rtol=1e-2, atol=1e-3),
-    "bfloat16": Tolerance(rtol=5e-2, atol=1e-2),
-}
-_NUMERIC = {
-    "float64": Tolerance(rtol=1e-5, atol=1e-8),
-    "float32": Tolerance(rtol=1e-2, atol=1e-4),
-    "float16": Tolerance(rtol=5e-2, atol=1e-2),
-    "bfloat16": Tolerance(rtol=1e-1, atol=5e-2),
-}
-
 #: Fraction of the largest reference magnitude below which element-wise
 #: differences count as rounding noise: sums that cancel to near zero carry
 #: rounding error proportional to their terms, not to their result.
@@ -50,8 +36,11 @@ NOISE_FLOOR = 0.1
 
 def tolerance(dtype: str, against: str, rtol: float | None = None, atol: float | None = None) -> Tolerance:
     """The tolerance for comparing a ``dtype`` gradient with ``native`` or ``numeric``."""
-    table = _NATIVE if against == "native" else _NUMERIC
-    base = table.get(dtype, table["float32"])
+    facts = FLOAT.get(dtype, FLOAT["float32"])
+    if against == "native":
+        base = Tolerance(rtol=facts.native_rtol, atol=facts.native_atol)
+    else:
+        base = Tolerance(rtol=facts.numeric_rtol, atol=facts.numeric_atol)
     return Tolerance(rtol=base.rtol if rtol is None else rtol, atol=base.atol if atol is None else atol)
 
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gradcheck.dtypes import COMPLEX_DTYPES, FLOAT_DTYPES, INTEGER_DTYPES
 from gradcheck.errors import ConfigError
 from gradcheck.settings import (
     BY_KEY,
-    DTYPES,
     FUNCTION_SETTINGS,
     RUN_SETTINGS,
     TABLE,
@@ -39,7 +39,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-INPUT_DTYPES = (*DTYPES, "int32", "int64", "complex64", "complex128")
+INPUT_DTYPES = (*FLOAT_DTYPES, *INTEGER_DTYPES, *COMPLEX_DTYPES)
 DISTRIBUTIONS = ("normal", "uniform", "positive", "spd", "integer")
 
 CONFIG_FILE = "gradcheck.toml"
@@ -245,7 +245,7 @@ def parse_input(label: str, key: str, raw: Any, dims: Mapping[str, int]) -> Inpu
         ):
             raise _fail(label, f"{key}.{bound_key}", f"{bound!r} must be a finite number")
     default_distribution = "uniform" if (low is not None or high is not None) else "normal"
-    if dtype in ("int32", "int64"):
+    if dtype in INTEGER_DTYPES:
         default_distribution = "integer"
     distribution = _choice(label, f"{key}.distribution", raw.get("distribution", default_distribution), DISTRIBUTIONS)
     if distribution == "uniform" and (low is None or high is None):
@@ -256,7 +256,7 @@ def parse_input(label: str, key: str, raw: Any, dims: Mapping[str, int]) -> Inpu
         raise _fail(label, f"{key}.low", f"{low} must be above 0 for a positive draw")
     if distribution == "spd" and (len(shape) < 2 or shape[-1] != shape[-2]):
         raise _fail(label, f"{key}.shape", "an spd input needs a square shape [..., n, n]")
-    if distribution == "integer" and dtype not in (None, "int32", "int64"):
+    if distribution == "integer" and dtype not in (None, *INTEGER_DTYPES):
         raise _fail(label, f"{key}.dtype", f"an integer draw cannot have dtype {dtype}")
     return InputConfig(
         shape=shape,

@@ -17,14 +17,7 @@ from typing import Any
 import numpy as np
 
 from gradcheck.arrays import aligned_empty
-
-#: Machine epsilon by dtype name, without asking TensorFlow.
-EPSILON = {
-    "float64": float(np.finfo(np.float64).eps),
-    "float32": float(np.finfo(np.float32).eps),
-    "float16": float(np.finfo(np.float16).eps),
-    "bfloat16": 2.0**-7,
-}
+from gradcheck.dtypes import EPSILON
 
 #: Floats in one stack of perturbed inputs (64 MB): big enough that a batched matmul runs
 #: near full speed, small enough that full mode's peak memory stays in the tens of MB.

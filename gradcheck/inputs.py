@@ -20,13 +20,8 @@ import numpy as np
 from gradcheck import probing
 from gradcheck.arrays import standard_normal
 from gradcheck.config import InputConfig, SubjectConfig, closest
+from gradcheck.dtypes import COMPLEX_DTYPES, COMPLEX_PARTS, FLOAT_DTYPES, INTEGER_DEFAULT
 from gradcheck.errors import ConfigError
-
-FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
-#: Drawn when the config or probing asks for them; differentiated as their real and imaginary parts.
-COMPLEX_DTYPES = ("complex128", "complex64")
-#: A complex input is drawn and perturbed as two real tensors of this dtype: its real and imaginary parts.
-COMPLEX_PARTS = {"complex128": "float64", "complex64": "float32"}
 
 
 @dataclass(frozen=True)
@@ -302,7 +297,7 @@ def resolve_shape(shape: tuple[int | str, ...], dims: Mapping[str, int], label: 
 
 def tensor_spec(config: InputConfig, dims: Mapping[str, int], dtype: str, label: str, key: str) -> TensorSpec:
     """A drawable spec from a configured input."""
-    resolved_dtype = config.dtype or ("int32" if config.distribution == "integer" else dtype)
+    resolved_dtype = config.dtype or (INTEGER_DEFAULT if config.distribution == "integer" else dtype)
     return TensorSpec(
         shape=resolve_shape(config.shape, dims, label, key),
         dtype=resolved_dtype,

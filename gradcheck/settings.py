@@ -21,11 +21,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gradcheck.dtypes import FLOAT_DTYPES
 from gradcheck.reporting import FORMATS
 from gradcheck.results import FAIL_ON_STATUSES
 
 MODES = ("fast", "full")
-DTYPES = ("float64", "float32", "float16", "bfloat16")
 EXECUTIONS = ("eager", "function", "both")
 REFERENCES = ("both", "numeric", "native", "none")
 DEVICES = ("auto", "cpu", "gpu")
@@ -243,7 +243,7 @@ TABLE: tuple[Setting, ...] = (
     ),
     Setting(
         "dtype",
-        Choice(DTYPES),
+        Choice(FLOAT_DTYPES),
         "float64",
         "Dtype the inputs are drawn in.",
         per_function=True,

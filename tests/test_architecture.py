@@ -100,8 +100,9 @@ FOUNDATIONS = {
     "gradcheck.errors": set(),
     "gradcheck.tracebacks": set(),
     "gradcheck.arrays": set(),
-    "gradcheck.finite_differences": {"gradcheck.arrays"},
-    "gradcheck.compare": {"gradcheck.arrays", "gradcheck.results"},
+    "gradcheck.dtypes": set(),
+    "gradcheck.finite_differences": {"gradcheck.arrays", "gradcheck.dtypes"},
+    "gradcheck.compare": {"gradcheck.arrays", "gradcheck.dtypes", "gradcheck.results"},
     "gradcheck.run": {"gradcheck.results"},
 }
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gradcheck.dtypes import EPSILON
 from gradcheck.finite_differences import (
     BATCH_FLOATS,
-    EPSILON,
     Perturbations,
     default_step,
     directional_derivatives,

@@ -18,6 +18,7 @@ import numpy as np
 from gradcheck import _tf, nesting
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, message_of
 from gradcheck.config import VariableValue
+from gradcheck.dtypes import INTEGER_DEFAULT
 from gradcheck.feed import default_variable_name
 from gradcheck.first_pass import first_pass
 from gradcheck.harness import Harness
@@ -96,7 +97,7 @@ def materialize(value: Any, dtype: str) -> Any:
         return value
     tf = _tf.tensorflow()
     array = np.asarray(value.value)
-    chosen = value.dtype or (dtype if array.dtype.kind == "f" else "int32")
+    chosen = value.dtype or (dtype if array.dtype.kind == "f" else INTEGER_DEFAULT)
     return tf.Variable(array, dtype=chosen)
 
 

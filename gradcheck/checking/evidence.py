@@ -29,6 +29,7 @@ from gradcheck.compare import (
     compare_projection,
 )
 from gradcheck.config import Settings
+from gradcheck.dtypes import narrowest
 from gradcheck.finite_differences import (
     BatchedLoss,
     central_differences,
@@ -102,15 +103,6 @@ class Judging:
             f"the forward pass returns {computed} for {', '.join(sorted(inputs))} inputs: finite-difference "
             f"steps, rounding bounds and tolerances are {computed}'s"
         ]
-
-
-#: Float dtypes from the least to the most precise.
-PRECISION = ("bfloat16", "float16", "float32", "float64")
-
-
-def narrowest(*dtypes: str) -> str:
-    """The least precise of float ``dtypes`` (unknown names count as float64)."""
-    return min(dtypes, key=lambda d: PRECISION.index(d) if d in PRECISION else len(PRECISION))
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import numpy as np
 
 from gradcheck import probing
 from gradcheck.checking.exceptions import UserCodeError, describe_exception
+from gradcheck.dtypes import INTEGER_DEFAULT, complex_holding
 from gradcheck.first_pass import first_pass
 from gradcheck.inputs import CallPlan, TensorSpec, subject_rng
 from gradcheck.instrument import raised_by_gradcheck
@@ -116,12 +117,12 @@ def _documented(built: Built, subject: Any) -> Any:
 def guess_specs(guess: probing.Guess, names: tuple[str, ...], dtype: str) -> dict[str, TensorSpec]:
     """The tensor specs a guess stands for: float, integer (in an indexing range) or complex."""
     floats = [shape for shape, kind in zip(guess.shapes, guess.kinds) if kind == "float"]
-    complex_dtype = "complex128" if dtype == "float64" else "complex64"
+    complex_dtype = complex_holding(dtype)
     specs = {}
     for name, shape, kind, positive in zip(names, guess.shapes, guess.kinds, guess.positive):
         if kind == "integer":
             low, high = probing.integer_range(name, floats)
-            specs[name] = TensorSpec(shape, "int32", "integer", float(low), float(high))
+            specs[name] = TensorSpec(shape, INTEGER_DEFAULT, "integer", float(low), float(high))
         elif kind == "complex":
             specs[name] = TensorSpec(shape, complex_dtype)
         else:
@@ -140,7 +141,7 @@ def probe_note(search: probing.Search, found: probing.Attempt, names: tuple[str,
     specs = guess_specs(guess, names, "float64")
     described = ", ".join(
         f"{name}={format_shape(spec.shape)}"
-        + (f" int32 in [{int(spec.low or 0)}, {int(spec.high or 0)})" if spec.distribution == "integer" else "")
+        + (f" {spec.dtype} in [{int(spec.low or 0)}, {int(spec.high or 0)})" if spec.distribution == "integer" else "")
         + (" complex" if not spec.differentiable and spec.distribution != "integer" else "")
         for name, spec in specs.items()
     )
