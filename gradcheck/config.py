@@ -75,7 +75,7 @@ class ImportValue:
 
     Only its form is checked when the config is read (no import, no
     TensorFlow); the check's request imports it
-    (:func:`gradcheck.discovery.import_object`).
+    (:func:`gradcheck.importing.import_object`).
     """
 
     module: str

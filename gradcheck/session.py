@@ -32,23 +32,15 @@ from gradcheck.config import (
     merged_settings,
     read_config_file,
 )
-from gradcheck.discovery import (
-    ImportFailure,
-    Subject,
-    display_path,
-    find_definition,
-    find_subjects,
-    import_object,
-    import_root,
-    load_module,
-    resolve_target,
-    select,
-)
+from gradcheck.discovery import find_definition, resolve_target
 from gradcheck.errors import ConfigError, TargetError, UsageError
+from gradcheck.importing import ImportFailure, import_object, import_root, load_module
 from gradcheck.inputs import Argument, CallPlan
+from gradcheck.paths import display_path
 from gradcheck.results import DEFAULT_FAIL_ON, Collection, Problem, Result, RunReport
 from gradcheck.run import check_all
 from gradcheck.settings import BY_NAME, DEFAULT_TIMEOUT, FUNCTION, RUN_SETTINGS, TABLE, resolve
+from gradcheck.subjects import Subject, find_subjects, select
 from gradcheck.walk import Exclusion
 
 

@@ -55,8 +55,8 @@ from gradcheck.checking.prepare import (
     table_key,
 )
 from gradcheck.checking.request import CheckRequest
-from gradcheck.discovery import import_root
 from gradcheck.harness import Harness
+from gradcheck.importing import import_root
 from gradcheck.inputs import CallPlan, subject_rng
 from gradcheck.instrument import Outcome, raised_by_gradcheck
 from gradcheck.results import Problem, Result, format_shape
