@@ -20,18 +20,8 @@ from typing import Any
 
 from gradcheck import _tf, selection, state
 from gradcheck.checking import CheckRequest, check_subject, guess_shapes
-from gradcheck.config import (
-    CONFIG_FILE,
-    PROJECT_ROOT_MARKERS,
-    Config,
-    ImportValue,
-    Settings,
-    SubjectConfig,
-    closest,
-    find_config_file,
-    merged_settings,
-    read_config_file,
-)
+from gradcheck.config import Config, ImportValue, Settings, SubjectConfig, closest, merged_settings
+from gradcheck.config_files import CONFIG_FILE, PROJECT_ROOT_MARKERS, find_config_file, read_config_file
 from gradcheck.discovery import find_definition, resolve_target
 from gradcheck.errors import ConfigError, TargetError, UsageError
 from gradcheck.importing import ImportFailure, import_object, import_root, load_module

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from gradcheck.cli import write_atomically
-from gradcheck.config import Settings, find_config_file
+from gradcheck.config import Settings
+from gradcheck.config_files import find_config_file
 from gradcheck.reporting import FORMATS, RenderOptions, render
 from gradcheck.reporting.github import annotations, render_summary
 from gradcheck.reporting.safe_text import markdown, shown

@@ -13,7 +13,8 @@ import pytest
 
 import gradcheck
 from gradcheck import settings as table
-from gradcheck.config import Config, merged_settings, parse_config
+from gradcheck.config import Config, merged_settings
+from gradcheck.config_files import parse_config
 from gradcheck.errors import ConfigError, UsageError
 from tests.helpers import MIXED, by_name, invoke, load_copy, write
 
