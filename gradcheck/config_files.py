@@ -235,3 +235,10 @@ def _has_tool_table(pyproject: Path) -> bool:
     # A pyproject.toml that cannot be read may hold the user's [tool.gradcheck]: running without
     # it would check with the wrong settings, silently. pytest stops there too.
     return _gradcheck_table(pyproject, _read_toml(pyproject)) is not None
+
+
+def config_file_for(location: Path, config_path: Path | None) -> Path | None:
+    """The config file that applies to a target: ``-c``, else the nearest one above it."""
+    if config_path is not None:
+        return config_path
+    return find_config_file(location if location.exists() else Path.cwd())
