@@ -21,7 +21,7 @@ from typing import Any
 from gradcheck import _tf, selection, state
 from gradcheck.config import Config, closest
 from gradcheck.config_files import config_file_for, read_config_file
-from gradcheck.discovery import find_definition, resolve_target
+from gradcheck.discovery import Target, find_definition, resolve_target
 from gradcheck.errors import ConfigError
 from gradcheck.importing import ImportFailure, import_root, load_module
 from gradcheck.options import RunOptions
@@ -133,48 +133,14 @@ def collect(
             return cache.setdefault(None, Config(dims=dict(options.dims)))
         return _config_for(location, options, cache)
 
+    targets = [(spec, resolve_target(spec, options.exclusions)) for spec in options.targets]
+    modules = _Modules(config_for, on_import, _selectors(targets), _unreadable_results(targets))
     planned: list[PlannedCheck] = []
     planned_ids: set[str] = set()
-    found_by_config: dict[Path | None, list[Subject]] = {}
-    # Each file is imported once, however many targets name it (ops.py::a ops.py::b).
-    imported: dict[Path, list[PlannedCheck]] = {}
-    targets = [(spec, resolve_target(spec, options.exclusions)) for spec in options.targets]
-    # Every ::NAME given for a file names a subject of it, even one that reaches no custom gradient.
-    selected: dict[Path, set[str]] = {}
-    for _, target in targets:
-        for file in target.files:
-            if target.selector is not None:
-                selected.setdefault(file.resolve(), set()).add(target.selector)
-    failures: dict[Path, Result] = _unreadable_results(targets)
     for spec, target in targets:
         if not target.files:
             config_for(Path(spec.partition("::")[0]))
-        found_here: list[PlannedCheck] = []
-        # A walk's files import by their names below its root (site-packages for an installed package).
-        base = target.walks[0].names_root if target.walks else None
-        for file in target.files:
-            resolved = file.resolve()
-            if resolved in failures:
-                continue
-            if resolved not in imported:
-                config = config_for(file)
-                if on_import is not None:
-                    on_import(display_path(file))
-                try:
-                    module, module_state = import_isolated(file, base)
-                except ImportFailure as failure:
-                    if target.explicit:
-                        raise
-                    what = f"install {failure.missing}" if failure.missing else failure.hint
-                    failures[resolved] = module_failure(
-                        file, failure.reason, _exclude_hint(file, what, base), failure.line, failure.__cause__
-                    )
-                    continue
-                named = {*config.functions, *config.layers, *selected.get(resolved, set())}
-                found = find_subjects(module, file, named)
-                found_by_config.setdefault(config.path, []).extend(found)
-                imported[resolved] = [PlannedCheck(subject, config, module_state) for subject in found]
-            found_here.extend(imported[resolved])
+        found_here = modules.planned(target)
         if target.selector is not None:
             chosen = {s.id for s in select([p.subject for p in found_here], target.selector, spec)}
             found_here = [p for p in found_here if p.subject.id in chosen]
@@ -183,9 +149,78 @@ def collect(
                 planned_ids.add(item.subject.id)
                 planned.append(item)
     for path, config in cache.items():
-        _check_config_names(config, found_by_config.get(path, []))
-    planned, module_results = _narrowed(options, planned, list(failures.values()))
-    return Collected(planned, tuple(module_results), _summary(targets, imported, failures))
+        _check_config_names(config, modules.found_by_config.get(path, []))
+    planned, module_results = _narrowed(options, planned, list(modules.failures.values()))
+    return Collected(planned, tuple(module_results), _summary(targets, modules.imported, modules.failures))
+
+
+def _selectors(targets: list[tuple[str, Any]]) -> dict[Path, set[str]]:
+    """Every ``::NAME`` given for a file, by resolved path: each names a subject of it, even one that
+    reaches no custom gradient."""
+    selected: dict[Path, set[str]] = {}
+    for _, target in targets:
+        for file in target.files:
+            if target.selector is not None:
+                selected.setdefault(file.resolve(), set()).add(target.selector)
+    return selected
+
+
+class _Modules:
+    """The files imported so far, each once however many targets name it (``ops.py::a ops.py::b``)."""
+
+    def __init__(
+        self,
+        config_for: Callable[[Path], Config],
+        on_import: Callable[[str], None] | None,
+        selected: dict[Path, set[str]],
+        failures: dict[Path, Result],
+    ) -> None:
+        self.config_for = config_for
+        self.on_import = on_import
+        self.selected = selected
+        self.failures = failures
+        """The module results of the files that could not be read or imported, by resolved path."""
+        self.imported: dict[Path, list[PlannedCheck]] = {}
+        """The checks of each file imported, by resolved path."""
+        self.found_by_config: dict[Path | None, list[Subject]] = {}
+        """The subjects found, by the path of the config that applies to them."""
+
+    def planned(self, target: Target) -> list[PlannedCheck]:
+        """The checks of a target's files, each file imported the first time a target names it."""
+        found: list[PlannedCheck] = []
+        # A walk's files import by their names below its root (site-packages for an installed package).
+        base = target.walks[0].names_root if target.walks else None
+        for file in target.files:
+            resolved = file.resolve()
+            if resolved in self.failures:
+                continue
+            if resolved not in self.imported:
+                checks = self._checks_of(file, resolved, target.explicit, base)
+                if checks is None:
+                    continue
+                self.imported[resolved] = checks
+            found.extend(self.imported[resolved])
+        return found
+
+    def _checks_of(self, file: Path, resolved: Path, explicit: bool, base: Path | None) -> list[PlannedCheck] | None:
+        """Import one file and find its subjects; None where a walk's file failed to import (its module result)."""
+        config = self.config_for(file)
+        if self.on_import is not None:
+            self.on_import(display_path(file))
+        try:
+            module, module_state = import_isolated(file, base)
+        except ImportFailure as failure:
+            if explicit:
+                raise
+            what = f"install {failure.missing}" if failure.missing else failure.hint
+            self.failures[resolved] = module_failure(
+                file, failure.reason, _exclude_hint(file, what, base), failure.line, failure.__cause__
+            )
+            return None
+        named = {*config.functions, *config.layers, *self.selected.get(resolved, set())}
+        found = find_subjects(module, file, named)
+        self.found_by_config.setdefault(config.path, []).extend(found)
+        return [PlannedCheck(subject, config, module_state) for subject in found]
 
 
 def _unreadable_results(targets: list[tuple[str, Any]]) -> dict[Path, Result]:
