@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
-import site
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from gradcheck import _tf, tracebacks
 from gradcheck import walk as walking
 from gradcheck.config import ImportValue, closest
 from gradcheck.errors import ConfigError, TargetError, UsageError
-from gradcheck.paths import display_path
+from gradcheck.paths import display_path, installed_dirs
 
 
 def import_root(path: Path, base: Path | None = None) -> Path:
@@ -61,16 +60,6 @@ def _package_root(path: Path, base: Path | None = None) -> tuple[Path, str]:
             folder = folder.parent
 
 
-def _site_dirs() -> tuple[str, ...]:
-    dirs = set()
-    with contextlib.suppress(AttributeError):
-        dirs.update(site.getsitepackages())
-    with contextlib.suppress(AttributeError):
-        dirs.add(site.getusersitepackages())
-    dirs.update({sys.prefix, sys.base_prefix, sys.exec_prefix})
-    return tuple(str(Path(d).resolve()) for d in dirs if d)
-
-
 @contextlib.contextmanager
 def import_context(root: Path) -> Iterator[set[str]]:
     """Put ``root`` on ``sys.path`` and take the user's modules out again afterwards.
@@ -91,7 +80,7 @@ def import_context(root: Path) -> Iterator[set[str]]:
         yield added
     finally:
         sys.path[:] = saved_path
-        site_dirs = _site_dirs()
+        site_dirs = installed_dirs()
         # Where each new module lives is read before any is removed: a namespace package's
         # __path__ recomputes itself from its parent's sys.modules entry (KeyError once gone).
         # Children go first, so no module is left without its parent package, whatever the hash seed.
