@@ -340,14 +340,6 @@ def _placed_layer(obj: Any, cls: type, place: Place | None, call: Any, **how: An
     )
 
 
-def _code_names(code: Any) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if hasattr(const, "co_names"):
-            names |= _code_names(const)
-    return names
-
-
 def reached_custom_gradients(function: Any, cls: type | None = None) -> list[tuple[dict[str, Any], str]]:
     """The (namespace, name) of every custom-gradient function ``function`` can call.
 
@@ -365,7 +357,7 @@ def reached_custom_gradients(function: Any, cls: type | None = None) -> list[tup
             return
         seen.add(id(code))
         namespace = getattr(func, "__globals__", {})
-        names = _code_names(code)
+        names = nesting.code_names(code)
         for name in sorted(names):
             if name in namespace:
                 value = namespace[name]
