@@ -50,9 +50,9 @@ def check(
     memory bound; the caller's global state (random states, TensorFlow's
     switches, the directory, the function's variables) is as before afterwards.
     """
+    from gradcheck.check_requests import build_request
     from gradcheck.checking import check_subject
-    from gradcheck.discovery import subject_of, why_not_subject
-    from gradcheck.session import build_request
+    from gradcheck.subjects import subject_of, why_not_subject
 
     for name in settings:
         if name not in _KEYWORDS:

@@ -36,12 +36,12 @@ from gradcheck import _tf
 _MAX_DEPTH = 6
 
 
-def _code_names(code: Any) -> list[str]:
+def code_names(code: Any) -> list[str]:
     """Every global or attribute name ``code`` and the code nested in it use, in order."""
     names = list(code.co_names)
     for const in code.co_consts:
         if hasattr(const, "co_names"):
-            names.extend(_code_names(const))
+            names.extend(code_names(const))
     return list(dict.fromkeys(names))
 
 
@@ -130,7 +130,7 @@ class Reachability:
         if id(code) in self._memo:
             return self._memo[id(code)]
         seen.add(id(code))
-        names = _code_names(code)
+        names = code_names(code)
         found = any(self._makes(value, depth, seen) for value in _values_seen(func, names))
         if not found and cls is not None:
             members = (_class_member(cls, name) for name in names)

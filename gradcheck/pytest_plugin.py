@@ -149,10 +149,10 @@ class GradcheckPlugin:
         if self._plan_error is not None:
             raise self._plan_error
         if self._plan is None:
-            from gradcheck import session
+            from gradcheck.collection import collect
 
             try:
-                collected = session.collect(self.options)
+                collected = collect(self.options)
             except UsageError as error:
                 self._plan_error = error
                 raise
@@ -211,8 +211,8 @@ class GradcheckItem(pytest.Item):
 
     def runtest(self) -> None:
         """Check the function; fail with its result unless it passed (skip where it was skipped)."""
+        from gradcheck.check_requests import request_for
         from gradcheck.checking import check_subject
-        from gradcheck.session import request_for
 
         if self.failed_import is not None:
             self.user_properties.append(("gradcheck_status", "error"))

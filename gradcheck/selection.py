@@ -1,7 +1,7 @@
 """Which functions a run checks: ``--shard K/N`` and ``--changed-since REF``.
 
 Pure functions (git aside), with no TensorFlow: the command line parses and
-asks git here; :func:`gradcheck.session.collect` filters with the results.
+asks git here; :func:`gradcheck.collection.collect` filters with the results.
 
 - A shard is chosen by a CRC-32 of the function id (``path::name`` as
   reports show it), never Python's salted ``hash``: a function keeps its

@@ -5,7 +5,7 @@ message for a bad value), default, help, scope, command-line flag, config
 key and whether ``gradcheck.check`` takes it as a keyword. The click options
 (:mod:`gradcheck.cli`), the config validation (:mod:`gradcheck.config`),
 ``gradcheck.check``'s keywords (:mod:`gradcheck.api`), the reproduce command
-(:func:`gradcheck.session.reproduce_command`) and :class:`Settings` itself
+(:func:`gradcheck.check_requests.reproduce_command`) and :class:`Settings` itself
 are derived from it, so a new setting is one new row.
 
 Stdlib only, and no click: :mod:`gradcheck.cli` turns each kind into a click

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradcheck import probing
+from gradcheck.check_requests import request_for
 from gradcheck.checking import guess_shapes
+from gradcheck.collection import collect
 from gradcheck.config import Settings
+from gradcheck.options import RunOptions
 from gradcheck.results import Result
-from gradcheck.session import RunOptions, collect, request_for
 from gradcheck.walk import Exclusion
 
 #: TOML keys that need no quotes.

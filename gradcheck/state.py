@@ -30,12 +30,10 @@ are taken out.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import random
 import signal
 import sys
-import sysconfig
 import threading
 import warnings
 from collections.abc import Iterable, Iterator
@@ -47,6 +45,7 @@ from typing import Any, cast
 import numpy as np
 
 from gradcheck import _tf
+from gradcheck.paths import installed_dirs
 from gradcheck.walk import is_below
 
 #: Switches gradcheck sets for the duration of every check, whatever the user's module set:
@@ -178,21 +177,6 @@ def _set_sigint(handler: Any) -> None:
         signal.signal(signal.SIGINT, handler)
 
 
-@functools.lru_cache(maxsize=1)
-def _site_dirs() -> tuple[str, ...]:
-    """Where installed libraries and the standard library live."""
-    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        with contextlib.suppress(KeyError):
-            dirs.add(sysconfig.get_paths()[key])
-    with contextlib.suppress(Exception):
-        import site
-
-        dirs.update(site.getsitepackages())
-        dirs.add(site.getusersitepackages())
-    return tuple(str(Path(d).resolve()) for d in dirs if d)
-
-
 def capture(roots: Iterable[Path | str] = ()) -> Snapshot:
     """Record the state now. ``roots``: the folders of the user's modules (their import roots)."""
     cwd = _getcwd()
@@ -214,7 +198,7 @@ def capture(roots: Iterable[Path | str] = ()) -> Snapshot:
         tf_random=_tf.random_state() if tf_loaded else None,
         tf_attributes=_tf.library_attributes(),
         roots=tuple(folders),
-        site_dirs=_site_dirs(),
+        site_dirs=installed_dirs(),
     )
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 import gradcheck
-from gradcheck.config import VariableValue, parse_config
+from gradcheck.config import VariableValue
+from gradcheck.config_files import parse_config
 from gradcheck.errors import ConfigError
 from tests.helpers import FIXTURES, by_name, invoke, load_copy, run_json
 

@@ -7,16 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gradcheck.config import (
-    Config,
-    ImportValue,
-    InputConfig,
-    Settings,
-    find_config_file,
-    merged_settings,
-    parse_config,
-    read_config_file,
-)
+from gradcheck.config import Config, ImportValue, InputConfig, Settings, merged_settings
+from gradcheck.config_files import find_config_file, parse_config, read_config_file
 from gradcheck.errors import ConfigError
 
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gradcheck.discovery import find_subjects, load_module, resolve_target, select
+from gradcheck.discovery import resolve_target
 from gradcheck.errors import TargetError
+from gradcheck.importing import load_module
+from gradcheck.subjects import find_subjects, select
 from tests.helpers import write
 
 MODULE = """

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import gradcheck
-from gradcheck.config import read_config_file
+from gradcheck.config_files import read_config_file
 from gradcheck.errors import ConfigError
 
 # -- the config loader ------------------------------------------------------------------------

@@ -29,14 +29,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from gradcheck.config import Settings, find_config_file
+from gradcheck.check_requests import reproduce_command
+from gradcheck.config import Settings
+from gradcheck.config_files import find_config_file
+from gradcheck.options import RunOptions
 from gradcheck.report_files import write_atomically
 from gradcheck.reporting import FORMATS, RenderOptions, render
 from gradcheck.reporting.github import render_summary, workflow_commands
 from gradcheck.reporting.safe_text import markdown, shown
 from gradcheck.reporting.text import render_text, render_text_string
 from gradcheck.results import HeatMap, InputRecord, Problem, Result, RunReport
-from gradcheck.session import RunOptions, reproduce_command
 from tests.helpers import REPO, STATUSES, invoke
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gradcheck.config import read_config_file, tomllib
+from gradcheck.config_files import read_config_file, tomllib
 from gradcheck.starter import StarterEntry, StarterInput, render_starter, toml_key
 from tests.helpers import BODIES, FOR_LOOP, invoke, run_json, write
 

@@ -6,11 +6,14 @@ import textwrap
 
 import pytest
 
+import gradcheck.session  # noqa: F401  (before pytester's snapshot, as TensorFlow below)
 from gradcheck import _tf
 from tests.helpers import GOOD_AND_BAD, PICKY
 
-# Import TensorFlow before pytester snapshots sys.modules: pytester drops the modules an
-# inner run imported, and TensorFlow cannot be imported a second time in one process.
+# Import TensorFlow, and the run's modules the plugin imports as it goes, before pytester snapshots
+# sys.modules: pytester drops the modules an inner run imported, and TensorFlow cannot be imported a
+# second time in one process. A dropped gradcheck module stays an attribute of the package, so a later
+# ``from gradcheck import session`` would get it back with classes that no longer pickle for the worker.
 _tf.tensorflow()
 
 

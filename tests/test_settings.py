@@ -14,7 +14,8 @@ import pytest
 
 import gradcheck
 from gradcheck import settings as table
-from gradcheck.config import Config, merged_settings, parse_config
+from gradcheck.config import Config, merged_settings
+from gradcheck.config_files import parse_config
 from gradcheck.errors import ConfigError, UsageError
 from tests.helpers import MIXED, by_name, invoke, load_copy, write
 
@@ -79,7 +80,7 @@ def test_the_projections_keyword_is_taken_and_checked(tmp_path: Path) -> None:
 
 
 def test_check_and_discovery_make_the_same_subject(tmp_path: Path) -> None:
-    from gradcheck.discovery import find_subjects, subject_of
+    from gradcheck.subjects import find_subjects, subject_of
 
     path = write(tmp_path, "same_ops.py", MIXED)
     module = load_copy(path)

@@ -11,7 +11,7 @@ import numpy as np
 
 from gradcheck import _tf, state
 from gradcheck.checking.request import CheckRequest
-from gradcheck.discovery import import_root
+from gradcheck.importing import import_root
 
 
 @contextlib.contextmanager

@@ -16,8 +16,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gradcheck.discovery import Subject
 from gradcheck.instrument import BackwardRecord, Outcome
+from gradcheck.subjects import Subject
 
 
 @dataclass(frozen=True)

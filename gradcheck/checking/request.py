@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradcheck.config import Settings, SubjectConfig
-from gradcheck.discovery import Subject
+from gradcheck.subjects import Subject
 
 
 @dataclass(frozen=True)
