@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from gradcheck.checking.prepare import _stop_probing, dtype_clash, guess_specs
 
 from gradcheck import probing
-from gradcheck.checking.prepare import _stop_probing, dtype_clash, guess_specs
-from gradcheck.inputs import draw_tensor, subject_rng
+from gradcheck.sampling import draw_tensor, subject_rng
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -125,8 +125,9 @@ def _with_imports(table: SubjectConfig | None, subject: Subject) -> SubjectConfi
     """
     if table is None or not any(isinstance(v, ImportValue) for v in (*table.constants.values(), *table.init.values())):
         return table
-    target = Path(subject.module.__file__) if getattr(subject.module, "__file__", None) else Path(subject.path)
-    target = target if target.is_file() else None
+    module_file = getattr(subject.module, "__file__", None)
+    written = Path(module_file) if module_file else Path(subject.path)
+    target = written if written.is_file() else None
     roots = [import_root(target)] if target is not None else []
 
     def resolved(values: Mapping[str, Any]) -> dict[str, Any]:

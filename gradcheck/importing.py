@@ -166,7 +166,7 @@ def load_module(path: Path, base: Path | None = None) -> ModuleType:
     root, dotted = _package_root(path, base)
     existing = sys.modules.get(dotted)
     existing_file = getattr(existing, "__file__", None)
-    if existing_file and Path(existing_file).resolve() == path.resolve():
+    if existing is not None and existing_file and Path(existing_file).resolve() == path.resolve():
         return existing  # the user's own process imported it already (pytest plugin)
     with import_context(root), contextlib.redirect_stdout(sys.stderr), _no_bytecode_files():
         try:

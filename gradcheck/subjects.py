@@ -280,7 +280,7 @@ def _explicit_subject(module: ModuleType, path: Path, name: str) -> Subject | No
     obj = vars(owner).get(member) if isinstance(owner, type) else vars(module).get(name)
     if owner_name and not isinstance(owner, type):
         return None
-    if owner is None and _tf.is_keras_layer_class(obj) and obj.__module__ == module.__name__:
+    if owner is None and isinstance(obj, type) and _tf.is_keras_layer_class(obj) and obj.__module__ == module.__name__:
         call = getattr(obj, "call", None)
         return _reaching_layer(obj, obj, Place(name, path, module), call, explicit=True) if call is not None else None
     function = nesting.plain_function(obj)
@@ -320,11 +320,13 @@ def _reaching_layer(obj: Any, cls: type, place: Place | None, call: Any, explici
 
 def _placed_layer(obj: Any, cls: type, place: Place | None, call: Any, **how: Any) -> Subject:
     """The subject of a layer, named where discovery found it (else by its class and ``call``'s file)."""
+    module: ModuleType | None
     if place is not None:
         name, shown, line, module = place.name, display_path(place.path), _class_line(cls, place.path), place.module
     else:
         source = call.__code__.co_filename
-        name, shown, line, module = cls.__name__, display_path(Path(source)), 0, sys.modules.get(cls.__module__)
+        name, shown, line = cls.__name__, display_path(Path(source)), 0
+        module = sys.modules.get(cls.__module__)
     return Subject(
         id=f"{shown}::{name}",
         name=name,

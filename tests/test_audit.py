@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gradcheck.checking import audit
+from gradcheck.checking import audit, executions
 from gradcheck.inputs import Argument, CallPlan, TensorSpec
 from gradcheck.instrument import BackwardRecord, Outcome, ReturnedGradient
 
@@ -73,7 +73,7 @@ def test_keyword_tensors_are_problems() -> None:
 def test_merge_keeps_common_problems_once_and_tags_the_others() -> None:
     [common] = audit.audit_returned(SUBJECT, record(tensor((4, 3)), tensor((3,)))).problems
     [shape] = audit.audit_returned(SUBJECT, record(tensor((4, 3)), tensor((4, 3)), NONE)).problems
-    merged = audit.merge_audits(PLAN, {"eager": [common, shape], "function": [common]})
+    merged = executions.merge_audits(PLAN, {"eager": [common, shape], "function": [common]})
     assert [(p.check, p.execution) for p in merged] == [("count", None), ("shape", "eager")]
 
 
@@ -82,7 +82,7 @@ def test_a_raise_in_one_mode_only_is_an_execution_problem_with_its_cause() -> No
     from gradcheck.results import Problem
 
     raised = Problem("exception", None, "backward function raised: TypeError: bad")
-    [problem] = audit.merge_audits(plan, {"eager": [], "function": [raised]})
+    [problem] = executions.merge_audits(plan, {"eager": [], "function": [raised]})
     assert problem.check == "execution" and problem.execution == "function"
     assert "n=2 (becomes an int32 tensor)" in (problem.hint or "")
 

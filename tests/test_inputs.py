@@ -9,7 +9,8 @@ import pytest
 
 from gradcheck.config import InputConfig, SubjectConfig
 from gradcheck.errors import ConfigError
-from gradcheck.inputs import TensorSpec, candidate_shapes, draw_tensor, plan_call, subject_rng
+from gradcheck.inputs import TensorSpec, candidate_shapes, plan_call
+from gradcheck.sampling import draw_tensor, subject_rng
 
 
 def _signature(source: str) -> inspect.Signature:

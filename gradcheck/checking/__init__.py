@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from gradcheck import tracebacks
-from gradcheck.checking import audit, draw_loop, reaching
+from gradcheck.checking import audit, draw_loop, executions, reaching
 from gradcheck.checking.build import (
     Built,
     NeedsConfig,
@@ -66,10 +66,11 @@ from gradcheck.checking.request import CheckRequest
 from gradcheck.checking.values import compare_values, values_comparable
 from gradcheck.first_pass import first_pass
 from gradcheck.harness import Harness
-from gradcheck.inputs import CallPlan, subject_rng
+from gradcheck.inputs import CallPlan
 from gradcheck.instrument import Outcome, raised_by_gradcheck
 from gradcheck.loss import Draw
 from gradcheck.results import Problem, Result, format_shape
+from gradcheck.sampling import subject_rng
 from gradcheck.targets import ReachingTarget, WrapperTarget
 
 __all__ = ["CheckRequest", "ShapeGuess", "check_subject", "guess_shapes", "input_records"]
@@ -366,7 +367,7 @@ def _audit(
     )
     audits = {execution: audit.audit(audited, outcome) for execution, outcome in outcomes.items()}
     findings.problems.extend(audit.keyword_problems(prepared.plan))
-    findings.problems.extend(audit.merge_audits(prepared.plan, {e: a.problems for e, a in audits.items()}))
+    findings.problems.extend(executions.merge_audits(prepared.plan, {e: a.problems for e, a in audits.items()}))
     return audit.Audit([], frozenset().union(*(a.not_tensors for a in audits.values())))
 
 

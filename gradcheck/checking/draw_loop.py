@@ -20,10 +20,10 @@ from gradcheck.checking.refine import FirstLook, first_look, gather_evidence
 from gradcheck.checking.verdict import MAX_DRAWS, Verdict, decide, non_finite_verdict, uncomputed_second_order
 from gradcheck.finite_differences import BatchedLoss, Loss, one_at_a_time
 from gradcheck.harness import Harness, Source
-from gradcheck.inputs import subject_rng
 from gradcheck.instrument import Outcome, raised_by_gradcheck
 from gradcheck.loss import Draw
 from gradcheck.results import Problem
+from gradcheck.sampling import subject_rng
 
 
 def judge(

@@ -14,9 +14,10 @@ from gradcheck import _tf
 from gradcheck.arrays import standard_normal
 from gradcheck.first_pass import OutputSpec
 from gradcheck.harness import Harness
-from gradcheck.inputs import CallPlan, draw_tensor, subject_rng
+from gradcheck.inputs import CallPlan
 from gradcheck.loss import Draw
 from gradcheck.results import InputRecord, format_shape
+from gradcheck.sampling import draw_tensor, subject_rng
 
 if TYPE_CHECKING:
     pass

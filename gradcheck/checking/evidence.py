@@ -38,8 +38,8 @@ from gradcheck.finite_differences import (
     finite_difference_gradient,
 )
 from gradcheck.harness import Source
-from gradcheck.inputs import subject_rng, symmetrize
 from gradcheck.instrument import Outcome
+from gradcheck.sampling import subject_rng, symmetrize
 
 #: Beyond this many Jacobian entries (input elements x output elements), full mode checks
 #: that input with random projections instead. Full mode never holds a Jacobian (its

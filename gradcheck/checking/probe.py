@@ -11,9 +11,10 @@ from gradcheck import probing
 from gradcheck.checking.exceptions import UserCodeError, describe_exception
 from gradcheck.dtypes import INTEGER_DEFAULT, complex_holding
 from gradcheck.first_pass import first_pass
-from gradcheck.inputs import CallPlan, TensorSpec, subject_rng
+from gradcheck.inputs import CallPlan, TensorSpec
 from gradcheck.instrument import raised_by_gradcheck
 from gradcheck.results import Reason, format_shape
+from gradcheck.sampling import subject_rng
 
 if TYPE_CHECKING:
     from gradcheck.checking.request import CheckRequest

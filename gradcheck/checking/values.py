@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gradcheck.checking import audit, diagnose, draw_loop
+from gradcheck.checking import diagnose, draw_loop, executions
 from gradcheck.checking.build import reference_harness, table_key
 from gradcheck.checking.evidence import Judging
 from gradcheck.checking.exceptions import describe_exception
@@ -49,7 +49,7 @@ def compare_values(
     differing: list[Problem] = []
     if len(working) == 2:
         sources = prepared.harness.sources
-        differing = audit.compare_executions(sources, working[0], working[1], settings.rtol, settings.atol)
+        differing = executions.compare_executions(sources, working[0], working[1], settings.rtol, settings.atol)
         findings.problems.extend(differing)
     skip = {p.input for p in findings.problems if p.check in ("shape", "variables", "count") and p.input}
     skip |= not_tensors
