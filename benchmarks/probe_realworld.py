@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gradcheck.checking.prepare import _stop_probing, dtype_clash, guess_specs
 
 from gradcheck import probing
+from gradcheck.checking.build import dtype_clash
+from gradcheck.checking.probe import _stop_probing, guess_specs
 from gradcheck.sampling import draw_tensor, subject_rng
 
 if sys.version_info >= (3, 11):

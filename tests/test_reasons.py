@@ -20,6 +20,7 @@ from gradcheck import starter
 from gradcheck.checking import ShapeGuess, diagnose, draw_loop, verdict
 from gradcheck.checking.build import NeedsConfig
 from gradcheck.checking.evidence import Judged
+from gradcheck.loss import Draw
 from gradcheck.reporting import FORMATS, render
 from gradcheck.results import Problem, Reason, Result, RunReport
 from tests.helpers import write
@@ -180,8 +181,7 @@ def _numeric_only(problem: Problem) -> Problem:
         nothing,
         nothing,
         nothing,
-        {},
-        [],
+        Draw({}, []),
         subject_name="stepped",
         numeric_only_table="[functions.stepped]",
     )
