@@ -26,7 +26,7 @@ from gradcheck.errors import ConfigError
 from gradcheck.importing import ImportFailure, import_root, load_module
 from gradcheck.options import RunOptions
 from gradcheck.paths import display_path
-from gradcheck.results import Collection, Problem, Result
+from gradcheck.results import Collection, Problem, Result, split_id
 from gradcheck.subjects import Subject, find_subjects, select
 
 
@@ -139,7 +139,7 @@ def collect(
     planned_ids: set[str] = set()
     for spec, target in targets:
         if not target.files:
-            config_for(Path(spec.partition("::")[0]))
+            config_for(Path(split_id(spec)[0]))
         found_here = modules.planned(target)
         if target.selector is not None:
             chosen = {s.id for s in select([p.subject for p in found_here], target.selector, spec)}

@@ -22,6 +22,7 @@ from typing import Any
 from gradcheck import walk as walking
 from gradcheck.errors import TargetError
 from gradcheck.importing import import_context
+from gradcheck.results import split_id
 
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -74,7 +75,7 @@ def resolve_target(spec: str, exclusions: tuple[walking.Exclusion, ...] = ()) ->
     (:mod:`gradcheck.walk`): only the files that can hold something to
     check are brought in, and ``exclusions`` leave files and folders out.
     """
-    location, _, selector = spec.partition("::")
+    location, selector = split_id(spec)
     if not location:
         raise TargetError(f"{spec}: empty target; give a .py file, a directory or a module name")
     path = Path(location)
@@ -82,17 +83,17 @@ def resolve_target(spec: str, exclusions: tuple[walking.Exclusion, ...] = ()) ->
         found = walking.walk(path, exclusions)
         if not (found.scanned or found.unreadable or found.not_regular or found.excluded):
             raise TargetError(f"{location}: directory holds no Python files")
-        return Target(spec=spec, files=found.files, selector=selector or None, explicit=False, walks=(found,))
+        return Target(spec=spec, files=found.files, selector=selector, explicit=False, walks=(found,))
     if path.is_file():
         if path.suffix != ".py":
             raise TargetError(f"{location}: not a Python file (expected a .py file, a directory or a module name)")
-        return Target(spec=spec, files=(path,), selector=selector or None)
+        return Target(spec=spec, files=(path,), selector=selector)
     if path.exists():
         raise TargetError(f"{location}: not a regular file (expected a .py file, a directory or a module name)")
     if location.endswith(".py") or "/" in location or os.sep in location:
         raise TargetError(f"{location}: no such file or directory")
     if _DOTTED.match(location):
-        return _dotted_target(spec, location, selector or None, exclusions)
+        return _dotted_target(spec, location, selector, exclusions)
     raise TargetError(f"{location}: no such file, directory or module")
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from gradcheck.errors import UsageError
-from gradcheck.results import Result
+from gradcheck.results import Result, split_id
 
 #: The marker every item carries (on its module's node, so whatever a gradcheck module yields has it).
 MARKER = "gradcheck"
@@ -109,11 +109,11 @@ class GradcheckPlugin:
         for file, spec in self.files.items():
             if any(file == path or path in file.parents for path in covered if path is not None):
                 continue
-            selector = spec.partition("::")[2]
+            selector = split_id(spec)[1]
             self.config.args.append(str(file) + (f"::{selector}" if selector else ""))
 
     def _arg_path(self, arg: str) -> Path | None:
-        path = Path(arg.partition("::")[0])
+        path = Path(split_id(arg)[0])
         if not path.is_absolute():
             path = self.invocation_dir / path
         return path.resolve() if path.exists() else None

@@ -64,6 +64,16 @@ def format_shape(shape: tuple[int | None, ...] | None) -> str:
     )
 
 
+def split_id(text: str) -> tuple[str, str | None]:
+    """``path::NAME`` -> the path and the name (None where there is none).
+
+    The one reading of that form: a result's id, and a target as the user
+    writes it, whose ``::NAME`` names a function by its id's name.
+    """
+    location, _, name = text.partition("::")
+    return location, name or None
+
+
 class ExitCode(enum.IntEnum):
     """Exit codes of ``gradcheck run``, as pytest's.
 
@@ -245,7 +255,7 @@ class Result:
     @property
     def module(self) -> str:
         """The module part of the id (the path before ``::``)."""
-        return self.id.split("::", 1)[0]
+        return split_id(self.id)[0]
 
     def to_dict(self) -> dict[str, Any]:
         """This result as one entry of the JSON report's ``results`` list."""

@@ -26,7 +26,7 @@ from gradcheck.config_files import CONFIG_FILE, PROJECT_ROOT_MARKERS, config_fil
 from gradcheck.errors import TargetError
 from gradcheck.inputs import Argument, CallPlan
 from gradcheck.options import RunOptions
-from gradcheck.results import DEFAULT_FAIL_ON, Collection, Result, RunReport
+from gradcheck.results import DEFAULT_FAIL_ON, Collection, Result, RunReport, split_id
 from gradcheck.run import check_all
 from gradcheck.settings import BY_NAME, FUNCTION, RUN_SETTINGS, resolve
 from gradcheck.walk import Exclusion
@@ -54,7 +54,7 @@ def run_options(
     given = {name: value for name, value in (given or {}).items() if value is not None}
     overrides = {name: value for name, value in given.items() if BY_NAME[name].scope == FUNCTION}
     dims = dict(dims or {})
-    path = config_file_for(Path(targets[0].partition("::")[0]), config_path) if targets else None
+    path = config_file_for(Path(split_id(targets[0])[0]), config_path) if targets else None
     config = read_config_file(path, dims) if path is not None else Config(dims=dims)
     run_values = resolve(given, config.report, RUN_SETTINGS)
     if run_values["output"] is not None:
@@ -91,7 +91,7 @@ def refuse_user_file(output: Path, options: RunOptions) -> None:
     protected: list[Path] = []
     folders: list[Path] = []
     for spec in options.targets:
-        location = _target_location(spec.partition("::")[0])
+        location = _target_location(split_id(spec)[0])
         if location.is_file():
             protected.append(location.resolve())
         elif location.is_dir():
