@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import codecs
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -133,8 +134,9 @@ class Worker:
                     # Stopped at once (it may allocate on until the kill), then its peak read.
                     with contextlib.suppress(OSError):
                         os.killpg(self.process.pid, signal.SIGSTOP)
-                    peak = resident_megabytes(self.process.pid, "VmHWM") or used
-                    raise Stopped("memory", f"peak {peak:.0f} MB")
+                    peak = max(resident_megabytes(self.process.pid, "VmHWM") or used, used)
+                    # Rounded up: a peak of 1500.3 MB over a 1500 MB bound must not read "peak 1500 MB".
+                    raise Stopped("memory", f"peak {math.ceil(peak)} MB")
 
     def _exit_code(self) -> int | None:
         try:
