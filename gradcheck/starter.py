@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gradcheck import probing
@@ -49,8 +49,8 @@ class StarterInput:
 class StarterEntry:
     """One ``[functions.NAME]`` (or ``[layers.NAME]``) table of the starter config."""
 
-    kind: str
-    """``function`` or ``layer``."""
+    table: str
+    """The config table the entry goes under: ``functions`` or ``layers``."""
     name: str
     """The key: the function's name in its module (``Class.method`` for methods)."""
     id: str
@@ -74,11 +74,6 @@ class StarterEntry:
     constants: tuple[tuple[str, str], ...] = ()
     """Arguments that are Python values (a function, a loop count): each name with its TOML placeholder."""
 
-    @property
-    def table(self) -> str:
-        """The config table the entry goes under."""
-        return "layers" if self.kind == "layer" else "functions"
-
 
 @dataclass(frozen=True)
 class Starter:
@@ -99,17 +94,18 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0, exclusions: tuple[E
     for planned in collected.planned:
         request = request_for(planned, options)
         subject = request.subject
+        named = StarterEntry(table=subject.kind.table, name=subject.name, id=subject.id)
         guess = guess_shapes(request)
         if guess.plan is None:
             failure = guess.failure or "no shapes found"
-            needs_init = subject.binding in ("method", "layer") and guess.reason in ("needs-init", "init-raised")
-            parameters = _required(_called(subject), skip_first=subject.binding in ("method", "layer"))
+            # Only a method's class or a layer is constructed: only they can want constructor arguments.
+            needs_init = guess.reason in ("needs-init", "init-raised")
+            bound = subject.kind.name in ("method", "layer", "nested method", "nested layer")
+            parameters = _required(_called(subject), skip_first=bound)
             hints = probing.hints_for(_called(subject), parameters)
             entries.append(
-                StarterEntry(
-                    kind=subject.kind,
-                    name=subject.name,
-                    id=subject.id,
+                replace(
+                    named,
                     failure=failure,
                     constants=guess.constants,
                     needs_init=needs_init,
@@ -133,13 +129,13 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0, exclusions: tuple[E
         )
         floats = {a.spec.dtype for a in guess.plan.leaves if a.spec is not None and a.spec.differentiable}
         dtype = floats.pop() if len(floats) == 1 and request.settings.dtype not in floats else None
-        entries.append(StarterEntry(kind=subject.kind, name=subject.name, id=subject.id, inputs=inputs, dtype=dtype))
+        entries.append(replace(named, inputs=inputs, dtype=dtype))
     return Starter(entries, collected.module_results)
 
 
 def _called(subject: Any) -> Any:
     """What a check calls: the layer's ``call``, else the undecorated function."""
-    return subject.owner.call if subject.kind == "layer" else subject.forward
+    return subject.kind.described_by(subject)
 
 
 def _required(function: Any, skip_first: bool) -> tuple[str, ...]:

@@ -136,9 +136,9 @@ def test_starter_text_quotes_keys_and_keeps_comments_on_one_line() -> None:
     assert toml_key("custom_op") == "custom_op"
     assert toml_key("Ops.apply") == '"Ops.apply"'
     entries = [
-        StarterEntry("function", "f", "a.py::f", inputs=(StarterInput("x", (3,)),)),
-        StarterEntry("function", "f", "b.py::f", inputs=(StarterInput("x", (4,)),)),
-        StarterEntry("layer", "Dense2", "a.py::Dense2", failure="raised\nValueError: two\nlines"),
+        StarterEntry("functions", "f", "a.py::f", inputs=(StarterInput("x", (3,)),)),
+        StarterEntry("functions", "f", "b.py::f", inputs=(StarterInput("x", (4,)),)),
+        StarterEntry("layers", "Dense2", "a.py::Dense2", failure="raised\nValueError: two\nlines"),
     ]
     text = render_starter(entries, "gradcheck init a.py b.py")
     assert text.count("[functions.f]") == 1  # a table is keyed by name: one for both modules
@@ -184,7 +184,7 @@ def test_init_writes_placeholders_with_the_real_argument_names(project: Path) ->
 
 def test_starter_todo_gives_python_values_as_constants_and_documented_lists_as_items() -> None:
     entry = StarterEntry(
-        kind="function",
+        table="functions",
         name="for_loop",
         id="loops.py::for_loop",
         failure="arguments body_fn and n are not tensors",
