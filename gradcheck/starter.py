@@ -19,6 +19,7 @@ from gradcheck.check_requests import request_for
 from gradcheck.checking import guess_shapes
 from gradcheck.collection import collect
 from gradcheck.config import Settings
+from gradcheck.kinds.protocol import signature_or_empty
 from gradcheck.options import RunOptions
 from gradcheck.results import Result
 from gradcheck.walk import Exclusion
@@ -100,9 +101,8 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0, exclusions: tuple[E
             failure = guess.failure or "no shapes found"
             # Only a method's class or a layer is constructed: only they can want constructor arguments.
             needs_init = guess.reason in ("needs-init", "init-raised")
-            bound = subject.kind.name in ("method", "layer", "nested method", "nested layer")
-            parameters = _required(_called(subject), skip_first=bound)
-            hints = probing.hints_for(_called(subject), parameters)
+            parameters = _required(subject.kind.signature(subject))  # as `gradcheck list` shows it
+            hints = probing.hints_for(subject.kind.described_by(subject), parameters)
             entries.append(
                 replace(
                     named,
@@ -111,7 +111,7 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0, exclusions: tuple[E
                     needs_init=needs_init,
                     parameters=parameters,
                     lists=tuple(name for name, hint in hints.items() if hint.sequence),
-                    init_parameters=_required(subject.owner, skip_first=False) if needs_init else (),
+                    init_parameters=_required(signature_or_empty(subject.owner)) if needs_init else (),
                 )
             )
             continue
@@ -133,22 +133,11 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0, exclusions: tuple[E
     return Starter(entries, collected.module_results)
 
 
-def _called(subject: Any) -> Any:
-    """What a check calls: the layer's ``call``, else the undecorated function."""
-    return subject.kind.described_by(subject)
-
-
-def _required(function: Any, skip_first: bool) -> tuple[str, ...]:
-    """Names of the parameters without defaults (``self`` left out for methods)."""
-    try:
-        parameters = list(inspect.signature(function).parameters.values())
-    except (TypeError, ValueError):
-        return ()
-    if skip_first and parameters and parameters[0].name in ("self", "cls"):
-        parameters = parameters[1:]
+def _required(signature: inspect.Signature) -> tuple[str, ...]:
+    """Names of the parameters without defaults."""
     return tuple(
         p.name
-        for p in parameters
+        for p in signature.parameters.values()
         if p.default is inspect.Parameter.empty
         and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     )

@@ -182,6 +182,38 @@ def test_init_writes_placeholders_with_the_real_argument_names(project: Path) ->
     assert "# constants" not in text  # no argument here is a Python value
 
 
+def test_init_asks_for_the_arguments_list_shows_never_self_or_cls(project: Path) -> None:
+    (project / "gradcheck.toml").unlink()
+    write(
+        project,
+        "bound_ops.py",
+        """
+        import tensorflow as tf
+
+        def _only_7_by_13(x):
+            @tf.custom_gradient
+            def inner(x):
+                return tf.reshape(x, (91,)) * 2.0, lambda dy: tf.reshape(dy * 2.0, (7, 13))
+
+            return inner(x)
+
+        class Ops:
+            @classmethod
+            def of_class(cls, x):
+                return _only_7_by_13(x)
+
+            def of_instance(this, x):
+                return _only_7_by_13(x)
+        """,
+    )
+    listed = invoke("list", "bound_ops.py").stdout
+    assert "Ops.of_class(x)  [function]" in listed and "Ops.of_instance(x)  [function]" in listed
+    assert invoke("init", "bound_ops.py").exit_code == 0
+    text = (project / "gradcheck.toml").read_text()
+    # The first parameter is bound by the check (the class, an instance), whatever its name: no shape for it.
+    assert text.count("# inputs = { x = [4, 5] }  # the shape of each argument, in order") == 2
+
+
 def test_starter_todo_gives_python_values_as_constants_and_documented_lists_as_items() -> None:
     entry = StarterEntry(
         table="functions",
