@@ -26,9 +26,6 @@ class Function(Declared):
     references_in_float64 = True
     weights_on_self = False
 
-    def __repr__(self) -> str:
-        return f"<kind {self.name}>"
-
     def signature(self, subject: SubjectParts) -> inspect.Signature:
         """The undecorated function's signature."""
         return signature_or_empty(subject.forward)

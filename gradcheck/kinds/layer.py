@@ -27,9 +27,6 @@ class Layer(Declared):
     references_in_float64 = False
     weights_on_self = True
 
-    def __repr__(self) -> str:
-        return f"<kind {self.name}>"
-
     def signature(self, subject: SubjectParts) -> inspect.Signature:
         """``call``'s signature without ``self``."""
         return without_first(signature_or_empty(getattr(subject.owner, "call", None)))

@@ -194,6 +194,11 @@ class SubjectKind(Protocol):
 class Declared:
     """What every kind whose custom gradients are known before it runs answers alike (a nested one's are not)."""
 
+    name: str
+
+    def __repr__(self) -> str:
+        return f"<kind {self.name}>"
+
     def python_valued(self, bound: Bound) -> Callable[..., Any] | None:
         """None: the config's shapes and constants say what each argument is."""
         return None
