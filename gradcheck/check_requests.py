@@ -74,7 +74,7 @@ def request_for(planned: PlannedCheck, options: RunOptions) -> CheckRequest:
 def _subject_table(config: Config, subject: Subject) -> SubjectConfig | None:
     """The subject's config table, under its name or, failing that, one of its aliases."""
     for name in (subject.name, *subject.aliases):
-        table = config.subject(subject.kind, name)
+        table = config.subject(subject.kind.reported, name)
         if table is not None:
             return table
     return None
