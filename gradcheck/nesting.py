@@ -213,11 +213,44 @@ def _method_candidates(
 
 
 def _is_factory(function: Any) -> bool:
-    """True for a decorator or factory: it returns a function it defines (``return decorator``,
-    ``return lambda ...``), or is named after the decorator. It makes custom gradients for others."""
+    """True for a decorator or factory: it returns functions it makes (``return decorator``, ``return
+    lambda ...``, ``return tf.custom_gradient(wrap)``, ``return fw, fa, fg``), or is named after the
+    decorator. It makes custom gradients (or applies registered ones) for others: the functions it
+    returns are the targets."""
     if "custom_gradient" in function.__name__:
         return True
-    code = function.__code__
+    definition = function_definition(function)
+    if definition is None:
+        return _returns_defined_function(function.__code__)
+    own = [node for node, _ in _own_nodes(definition, set(), into_functions=False)]
+    defined = {n.name for n in own if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    assigned = {
+        target.id: node.value
+        for node in own
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+    def made(node: ast.AST | None, depth: int = 0) -> bool:
+        if isinstance(node, ast.Lambda):
+            return True
+        if isinstance(node, ast.Name):
+            return node.id in defined or (depth < 4 and made(assigned.get(node.id), depth + 1))
+        if isinstance(node, ast.Call):
+            callee = node.func
+            return (
+                callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+            ) == "custom_gradient"
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return bool(node.elts) and all(made(element, depth) for element in node.elts)
+        return False
+
+    return any(made(node.value) for node in own if isinstance(node, ast.Return))
+
+
+def _returns_defined_function(code: Any) -> bool:
+    """:func:`_is_factory` read from bytecode, where there is no source: a return of a function it defines."""
     nested = {const.co_name for const in code.co_consts if hasattr(const, "co_name")}
     previous = None
     for instruction in dis.get_instructions(code):
@@ -228,6 +261,16 @@ def _is_factory(function: Any) -> bool:
                 return True
         previous = instruction
     return False
+
+
+def function_definition(function: Any) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The ``def`` of ``function`` (behind its wrappers) parsed from its source, or None without source."""
+    try:
+        source = textwrap.dedent(inspect.getsource(inspect.unwrap(plain_function(function))))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError, ValueError):
+        return None
+    return next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
 
 
 _PYTHON_TYPES = {"str", "int", "bool", "float", "Text"}
@@ -256,12 +299,7 @@ def non_tensor_parameters(function: Any) -> dict[str, PythonParameter]:
     ``for_loop`` calls its body). Such an argument cannot be drawn: it must
     be set in ``constants``.
     """
-    try:
-        source = textwrap.dedent(inspect.getsource(inspect.unwrap(plain_function(function))))
-        tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError, IndentationError):
-        return {}
-    definition = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    definition = function_definition(function)
     if definition is None:
         return {}
     parameters = [*definition.args.posonlyargs, *definition.args.args, *definition.args.kwonlyargs]
@@ -281,22 +319,25 @@ def non_tensor_parameters(function: Any) -> dict[str, PythonParameter]:
     return found
 
 
-def _own_nodes(definition: ast.AST, names: set[str]) -> Iterator[tuple[ast.AST, set[str]]]:
+def _own_nodes(definition: ast.AST, names: set[str], into_functions: bool = True) -> Iterator[tuple[ast.AST, set[str]]]:
     """Every node of ``definition``'s body, with the parameter names not shadowed there.
 
     A nested function or lambda whose own parameter has the same name uses
-    its own argument, not the outer parameter.
+    its own argument, not the outer parameter. Without ``into_functions``,
+    a nested function, lambda or class is yielded but not entered.
     """
     stack: list[tuple[ast.AST, set[str]]] = [(child, names) for child in ast.iter_child_nodes(definition)]
     while stack:
         node, visible = stack.pop()
+        nested = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             arguments = node.args
             own = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
             own |= {a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None}
             visible = visible - own
         yield node, visible
-        stack.extend((child, visible) for child in ast.iter_child_nodes(node))
+        if into_functions or not (nested or isinstance(node, ast.ClassDef)):
+            stack.extend((child, visible) for child in ast.iter_child_nodes(node))
 
 
 def _python_use(node: ast.AST, names: set[str]) -> dict[str, PythonParameter]:

@@ -22,6 +22,7 @@ from gradcheck import _tf, nesting
 from gradcheck.config import closest
 from gradcheck.errors import TargetError
 from gradcheck.kinds import SubjectKind, kind_named
+from gradcheck.kinds.product import takes_only_args
 from gradcheck.paths import display_path
 
 
@@ -122,12 +123,16 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
         shown = display_path(place.path)
     else:
         shown = _shown_source(forward)
+    kind = kind_named(_binding(place, forward) if parts is not None else "wrapper")
+    line = _def_line(forward)
+    if place is not None and kind.positional_guesses:  # made by a factory: where the module binds it
+        line = _top_level_line(place.name, place.path) or line
     return Subject(
         id=f"{shown}::{name}",
         name=name,
-        kind=kind_named((place.binding if place is not None else "function") if parts is not None else "wrapper"),
+        kind=kind,
         path=shown,
-        line=_def_line(forward),
+        line=line,
         obj=obj,
         forward=forward,
         decorators=parts.decorators if parts is not None else (wrapper[0],),  # type: ignore[index]
@@ -135,6 +140,12 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
         owner=place.owner if place is not None else None,
         module=place.module if place is not None else inspect.getmodule(forward),
     )
+
+
+def _binding(place: Place | None, forward: Any) -> str:
+    """The kind of a custom-gradient function: as its place binds it; a ``(*args)`` function a product."""
+    binding = place.binding if place is not None else "function"
+    return "product" if binding == "function" and takes_only_args(forward) else binding
 
 
 def _reaching_callable(obj: Any) -> Subject | None:
@@ -302,7 +313,12 @@ def _placed_layer(obj: Any, cls: type, place: Place | None, call: Any, kind: Sub
     """The subject of a layer, named where discovery found it (else by its class and ``call``'s file)."""
     module: ModuleType | None
     if place is not None:
-        name, shown, line, module = place.name, display_path(place.path), _class_line(cls, place.path), place.module
+        name, shown, line, module = (
+            place.name,
+            display_path(place.path),
+            _top_level_line(cls.__name__, place.path),
+            place.module,
+        )
     else:
         source = call.__code__.co_filename
         name, shown, line = cls.__name__, display_path(Path(source)), 0
@@ -380,9 +396,10 @@ def _class_attribute(cls: type, name: str) -> Any:
     return None
 
 
-def _class_line(cls: type, path: Path) -> int:
-    """Line of a module-level ``class`` statement (inspect needs the module in sys.modules; it is not)."""
-    pattern = re.compile(rf"^class\s+{re.escape(cls.__name__)}\b")
+def _top_level_line(name: str, path: Path) -> int:
+    """Line of the module-level ``class``, ``def`` or assignment that binds ``name`` (inspect needs the module in
+    sys.modules; it is not)."""
+    pattern = re.compile(rf"^((class|def)\s+{re.escape(name)}\b|{re.escape(name)}\s*=[^=])")
     with contextlib.suppress(OSError):
         for number, text in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
             if pattern.match(text):

@@ -55,6 +55,7 @@ class Nested:
     keywords_by_convention = _as_base("keywords_by_convention")
     references_in_float64 = _as_base("references_in_float64")
     weights_on_self = _as_base("weights_on_self")
+    positional_guesses = _as_base("positional_guesses")
     signature = _as_base("signature")
     described_by = _as_base("described_by")
     identity = _as_base("identity")

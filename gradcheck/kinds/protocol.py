@@ -156,6 +156,12 @@ class SubjectKind(Protocol):
         """Whether the variables it reads are its own attributes, passed by its ``call`` (a layer's weights)."""
         ...
 
+    @property
+    def positional_guesses(self) -> tuple[tuple[str, ...], ...]:
+        """The positional inputs probed, in turn, where the config fills its ``*args`` with nothing (a
+        ``(*args)`` function: one input, then two); empty where its signature says what to feed."""
+        ...
+
     def signature(self, subject: SubjectParts) -> inspect.Signature:
         """Its signature as ``gradcheck list`` shows it and ``gradcheck init`` asks for it (no ``self``)."""
         ...
@@ -195,6 +201,7 @@ class Declared:
     """What every kind whose custom gradients are known before it runs answers alike (a nested one's are not)."""
 
     name: str
+    positional_guesses: tuple[tuple[str, ...], ...] = ()
 
     def __repr__(self) -> str:
         return f"<kind {self.name}>"
