@@ -153,14 +153,15 @@ def _reaching_callable(obj: Any) -> Subject | None:
     function = nesting.plain_function(obj)
     if not inspect.isfunction(function):
         return None
-    if not nesting.Reachability(function.__module__ or "").makes_custom_gradients(obj):
+    how = reached_as(obj, function.__module__ or "")
+    if how is None:
         return None
     shown = _shown_source(function)
     name = function.__qualname__
     return Subject(
         id=f"{shown}::{name}",
         name=name,
-        kind=kind_named("nested function"),
+        kind=kind_named(f"{how} function"),
         path=shown,
         line=_def_line(function),
         obj=obj,
@@ -168,6 +169,12 @@ def _reaching_callable(obj: Any) -> Subject | None:
         module=inspect.getmodule(function),
         explicit=True,
     )
+
+
+def reached_as(obj: Any, home: ModuleType | str, cls: type | None = None) -> str | None:
+    """How ``obj`` reaches its gradients as it runs: ``nested`` (it makes custom gradients, or calls one of its
+    module's private ones), or None."""
+    return "nested" if nesting.Reachability(home).reaches(obj, cls) else None
 
 
 def _shown_source(function: Any) -> str:
@@ -210,14 +217,26 @@ def find_subjects(module: ModuleType, path: Path, named: Iterable[str] = ()) -> 
     subjects = _one_per_object([subject for subject in found if subject is not None])
     taken = {subject.name for subject in subjects} | {alias for subject in subjects for alias in subject.aliases}
     named = set(named)
-    for name, function, owner, binding in nesting.candidates(module, taken):
-        subjects.append(_reaching_subject(function, Place(name, path, module, owner, binding), name in named))
-        taken.add(name)
+    through_callers: set[str] = set()
+    for candidate in nesting.candidates(module, taken):
+        place = Place(candidate.name, path, module, candidate.owner, candidate.binding)
+        subjects.append(_reaching_subject(candidate.obj, place, candidate.name in named))
+        taken.add(candidate.name)
+        through_callers |= candidate.private_reached
     for name in sorted(named):
         if name not in taken and (explicit := _explicit_subject(module, path, name)) is not None:
             subjects.append(explicit)
+    through_callers |= _private_reached_by_layers(subjects, module)
+    # A private custom gradient a public function calls is checked through it; alone only when named.
+    subjects = [s for s in subjects if s.name not in through_callers or s.name in named]
     subjects.sort(key=lambda s: s.line)
     return subjects
+
+
+def _private_reached_by_layers(subjects: list[Subject], module: ModuleType) -> set[str]:
+    """The module's private custom gradients that its layers' ``call``s reach by name."""
+    namespace = vars(module)
+    return {name for s in subjects for space, name in s.patches if space is namespace and name.startswith("_")}
 
 
 def _one_per_object(subjects: list[Subject]) -> list[Subject]:
@@ -247,14 +266,14 @@ def _own_name(subject: Subject) -> str | None:
         return None
 
 
-def _reaching_subject(function: Any, place: Place, explicit: bool = False) -> Subject:
-    """A function or method checked through the custom gradients it makes as it runs."""
+def _reaching_subject(function: Any, place: Place, explicit: bool = False, how: str = "nested") -> Subject:
+    """A function or method checked through the gradients it reaches as it runs (``how``: see :func:`reached_as`)."""
     forward = nesting.plain_function(function)
     shown = display_path(place.path)
     return Subject(
         id=f"{shown}::{place.name}",
         name=place.name,
-        kind=kind_named(f"nested {place.binding}"),
+        kind=kind_named(f"{how} {place.binding}"),
         path=shown,
         line=_def_line(forward),
         obj=function,
@@ -274,7 +293,10 @@ def _explicit_subject(module: ModuleType, path: Path, name: str) -> Subject | No
         return None
     if owner is None and isinstance(obj, type) and _tf.is_keras_layer_class(obj) and obj.__module__ == module.__name__:
         call = getattr(obj, "call", None)
-        return _reaching_layer(obj, obj, Place(name, path, module), call, explicit=True) if call is not None else None
+        if call is None:
+            return None
+        how = reached_as(call, module, obj) or "nested"
+        return _placed_layer(obj, obj, Place(name, path, module), call, kind_named(f"{how} layer"), explicit=True)
     function = nesting.plain_function(obj)
     if not inspect.isfunction(function) or function.__module__ != module.__name__:
         return None
@@ -285,7 +307,8 @@ def _explicit_subject(module: ModuleType, path: Path, name: str) -> Subject | No
         binding = "classmethod"
     elif owner is None:
         binding = "function"
-    return _reaching_subject(obj, Place(name, path, module, owner, binding), explicit=True)
+    how = reached_as(obj, module, owner) or "nested"
+    return _reaching_subject(obj, Place(name, path, module, owner, binding), True, how)
 
 
 def _layer_subject(obj: Any, cls: type, place: Place | None) -> Subject | None:
@@ -295,18 +318,11 @@ def _layer_subject(obj: Any, cls: type, place: Place | None) -> Subject | None:
         return None
     patches = reached_custom_gradients(call, cls)
     if not patches:
-        home = cls.__module__ if place is None else place.module
-        if nesting.Reachability(home).makes_custom_gradients(call, cls):
-            return _reaching_layer(obj, cls, place, call)
-        return None
+        # A layer whose call makes custom gradients as it runs (a custom-gradient method, or one nested in call).
+        how = reached_as(call, cls.__module__ if place is None else place.module, cls)
+        return _placed_layer(obj, cls, place, call, kind_named(f"{how} layer")) if how is not None else None
     reaches = tuple(dict.fromkeys(n for _, n in patches))
     return _placed_layer(obj, cls, place, call, kind_named("layer"), patches=tuple(patches), reaches=reaches)
-
-
-def _reaching_layer(obj: Any, cls: type, place: Place | None, call: Any, explicit: bool = False) -> Subject:
-    """A layer whose ``call`` makes custom gradients as it runs (a custom-gradient method, or one
-    nested in ``call``), or a layer named explicitly."""
-    return _placed_layer(obj, cls, place, call, kind_named("nested layer"), explicit=explicit)
 
 
 def _placed_layer(obj: Any, cls: type, place: Place | None, call: Any, kind: SubjectKind, **how: Any) -> Subject:
