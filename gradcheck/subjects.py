@@ -23,6 +23,7 @@ from gradcheck.config import closest
 from gradcheck.errors import TargetError
 from gradcheck.kinds import SubjectKind, kind_named
 from gradcheck.kinds.product import takes_only_args
+from gradcheck.overriding import OverrideReach
 from gradcheck.paths import display_path
 
 
@@ -173,8 +174,10 @@ def _reaching_callable(obj: Any) -> Subject | None:
 
 def reached_as(obj: Any, home: ModuleType | str, cls: type | None = None) -> str | None:
     """How ``obj`` reaches its gradients as it runs: ``nested`` (it makes custom gradients, or calls one of its
-    module's private ones), or None."""
-    return "nested" if nesting.Reachability(home).reaches(obj, cls) else None
+    module's private ones), ``registered`` (it enters a ``gradient_override_map``), or None."""
+    if nesting.Reachability(home).reaches(obj, cls):
+        return "nested"
+    return "registered" if OverrideReach(home).reaches(obj, cls) else None
 
 
 def _shown_source(function: Any) -> str:
@@ -218,11 +221,12 @@ def find_subjects(module: ModuleType, path: Path, named: Iterable[str] = ()) -> 
     taken = {subject.name for subject in subjects} | {alias for subject in subjects for alias in subject.aliases}
     named = set(named)
     through_callers: set[str] = set()
-    for candidate in nesting.candidates(module, taken):
-        place = Place(candidate.name, path, module, candidate.owner, candidate.binding)
-        subjects.append(_reaching_subject(candidate.obj, place, candidate.name in named))
-        taken.add(candidate.name)
-        through_callers |= candidate.private_reached
+    for how, reach in (("nested", nesting.Reachability(module)), ("registered", OverrideReach(module))):
+        for candidate in nesting.candidates(module, taken, reach):
+            place = Place(candidate.name, path, module, candidate.owner, candidate.binding)
+            subjects.append(_reaching_subject(candidate.obj, place, candidate.name in named, how))
+            taken.add(candidate.name)
+            through_callers |= candidate.private_reached
     for name in sorted(named):
         if name not in taken and (explicit := _explicit_subject(module, path, name)) is not None:
             subjects.append(explicit)
@@ -318,7 +322,8 @@ def _layer_subject(obj: Any, cls: type, place: Place | None) -> Subject | None:
         return None
     patches = reached_custom_gradients(call, cls)
     if not patches:
-        # A layer whose call makes custom gradients as it runs (a custom-gradient method, or one nested in call).
+        # A layer whose call makes custom gradients as it runs (a custom-gradient method, or one nested in
+        # call), or applies registered ones.
         how = reached_as(call, cls.__module__ if place is None else place.module, cls)
         return _placed_layer(obj, cls, place, call, kind_named(f"{how} layer")) if how is not None else None
     reaches = tuple(dict.fromkeys(n for _, n in patches))

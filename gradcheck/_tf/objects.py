@@ -158,9 +158,12 @@ def wrapper_parts(obj: Any) -> tuple[str, Callable[..., Any]] | None:
 def is_tf_own(obj: Any) -> bool:
     """True for TensorFlow's own decorators imported into a user's namespace."""
     module = attribute(obj, "__module__", "") or ""
-    if not isinstance(module, str):
-        return False
-    return module.startswith(("tensorflow", "keras", "tf_keras"))
+    return isinstance(module, str) and is_tf_module(module)
+
+
+def is_tf_module(name: str) -> bool:
+    """True for the name of one of TensorFlow's or Keras's own modules."""
+    return name.startswith(("tensorflow", "keras", "tf_keras"))
 
 
 #: TensorFlow shares the memory of a numpy array aligned to this many bytes instead of copying it.

@@ -172,7 +172,9 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         )
         return _Retry(findings.dtype, keywords | retry)
     subject = request.subject
-    seen = subject.kind.reached(subject, outcomes, table_key(request), request.settings.reference)
+    seen = subject.kind.reached(
+        subject, outcomes, table_key(request), request.settings.reference, prepared.built.target
+    )
     if seen is not None:
         request, status = _reached(request, seen, findings)
         if status is not None:
@@ -183,8 +185,9 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
     audited = _audit(request, prepared, outcomes, findings)
     if any(p.check == "exception" for p in findings.problems):
         return "error"
-    if values_comparable(request, prepared, findings):
-        compare_values(request, prepared, outcomes, audited.not_tensors, findings)
+    judged = {e: o for e, o in outcomes.items() if seen is None or seen.judged is None or e in seen.judged}
+    if judged and values_comparable(request, prepared, findings):
+        compare_values(request, prepared, judged, audited.not_tensors, findings)
     return "failed" if findings.problems else "passed"
 
 
@@ -194,6 +197,7 @@ def _reached(request: CheckRequest, seen: Reached, findings: Findings) -> tuple[
         findings.skip_reason = seen.skip_reason
         return request, "skipped"
     findings.inner = seen.inner_functions
+    findings.problems.extend(seen.problems)
     if seen.note:
         findings.note(seen.note)
     findings.numeric_only = seen.numeric_only

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gradcheck.instrument import BackwardRecord, Outcome
+from gradcheck.results import Problem
 from gradcheck.targets import CallTarget
 
 
@@ -92,6 +93,10 @@ class Reached:
     numeric_only: bool = False
     """Named by the user but reaching none: finite differences are the only reference."""
     note: str | None = None
+    problems: tuple[Problem, ...] = ()
+    """What the run shows to be wrong before any value is compared (a registered gradient that never runs)."""
+    judged: tuple[str, ...] | None = None
+    """The execution modes whose gradients are the subject's own, to compare with the references (None: all)."""
 
     @property
     def inner_functions(self) -> tuple[dict[str, object], ...]:
@@ -191,9 +196,15 @@ class SubjectKind(Protocol):
         ...
 
     def reached(
-        self, subject: SubjectParts, outcomes: Mapping[str, Outcome], table: str, reference: str
+        self,
+        subject: SubjectParts,
+        outcomes: Mapping[str, Outcome],
+        table: str,
+        reference: str,
+        target: CallTarget | None = None,
     ) -> Reached | None:
-        """What its custom run reaching these custom gradients means for the check; None where nothing is to say."""
+        """What its custom run (``outcomes``, made through ``target``) reaching these custom gradients means for
+        the check; None where nothing is to say."""
         ...
 
 
@@ -215,7 +226,12 @@ class Declared:
         return True
 
     def reached(
-        self, subject: SubjectParts, outcomes: Mapping[str, Outcome], table: str, reference: str
+        self,
+        subject: SubjectParts,
+        outcomes: Mapping[str, Outcome],
+        table: str,
+        reference: str,
+        target: CallTarget | None = None,
     ) -> Reached | None:
         """None: its custom gradients were found before it ran."""
         return None
