@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import gradcheck
 from gradcheck.kinds import kind_named
 from gradcheck.subjects import find_subjects
 from tests.helpers import FIXTURES, blamed, by_name, copy_fixture, invoke, load_copy, reports_by_mode, run_json
@@ -127,3 +128,13 @@ def test_init_writes_the_probed_inputs_and_a_todo_for_the_one_it_cannot_guess(ba
     summed = text.split("[functions.summed_three]\n", 1)[1]
     assert summed.startswith("# TODO: it takes *args, and neither one positional input nor two fitted")
     assert "every argument has a default" not in text
+
+
+def test_gradcheck_check_takes_a_product_with_its_inputs_in_order(bare: Path) -> None:
+    module = load_copy(bare)
+    right = gradcheck.check(module.squared_distance, inputs={"a": (4, 3), "b": (4, 3)})
+    wrong = gradcheck.check(module.squared_distance_wrong, inputs={"a": (4, 3), "b": (4, 3)})
+    assert (right.status, wrong.status) == ("passed", "failed")
+    assert {(p.check, p.input) for p in wrong.problems} == {("native", "b"), ("numeric", "b")}
+    probed = gradcheck.check(module.log_cosh)  # no inputs given: probed with one positional input
+    assert probed.status == "passed" and [i["name"] for i in probed.to_dict()["inputs"]] == ["x"]

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+import gradcheck
 from gradcheck.checking import diagnose, verdict
 from gradcheck.loss import Draw
 from gradcheck.results import Problem
@@ -231,3 +232,11 @@ def test_unreliable_finite_differences_of_tensorflows_own_gradient_do_not_sugges
     # Problems the audit found keep their own hints.
     shape = Problem("shape", "x", "wrong shape", hint="a missing transpose?")
     assert diagnose.with_hints([shape], {}, rerun) == [shape]
+
+
+def test_gradcheck_check_takes_a_registered_function(bare: Path) -> None:
+    module = load_copy(bare)
+    flipped = gradcheck.check(module.flip_gradient, inputs={"x": (3, 4)})
+    assert {(p.check, p.input, p.execution) for p in flipped.problems} == {ONLY_IN_FUNCTION, IN_FUNCTION_WRONG}
+    captured = gradcheck.check(module.square_captured, inputs={"x": (3, 4)})
+    assert {(p.check, p.input, p.execution) for p in captured.problems} == NEVER
