@@ -334,12 +334,8 @@ def _placed_layer(obj: Any, cls: type, place: Place | None, call: Any, kind: Sub
     """The subject of a layer, named where discovery found it (else by its class and ``call``'s file)."""
     module: ModuleType | None
     if place is not None:
-        name, shown, line, module = (
-            place.name,
-            display_path(place.path),
-            _top_level_line(cls.__name__, place.path),
-            place.module,
-        )
+        name, shown, module = place.name, display_path(place.path), place.module
+        line = _top_level_line(cls.__name__, place.path)
     else:
         source = call.__code__.co_filename
         name, shown, line = cls.__name__, display_path(Path(source)), 0

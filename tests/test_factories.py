@@ -10,7 +10,6 @@ are never called with no arguments.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,16 @@ import pytest
 import gradcheck
 from gradcheck.kinds import kind_named
 from gradcheck.subjects import find_subjects
-from tests.helpers import FIXTURES, blamed, by_name, copy_fixture, invoke, load_copy, reports_by_mode, run_json
+from tests.helpers import (
+    blamed,
+    by_name,
+    copy_fixture,
+    fixture_module_alone,
+    invoke,
+    load_copy,
+    reports_by_mode,
+    run_json,
+)
 
 VALUES = {("native", "x"), ("numeric", "x")}
 #: name -> the (check, input) pairs blamed, with the config (its input names) and with none (probed: x, y).
@@ -44,9 +52,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The module alone, in a folder with no config."""
-    folder = tmp_path_factory.mktemp("factory_bare")
-    shutil.copy(FIXTURES / "factory" / "factory_ops.py", folder)
-    return folder / "factory_ops.py"
+    return fixture_module_alone("factory", tmp_path_factory.mktemp("factory_bare"))
 
 
 @pytest.fixture(scope="module")

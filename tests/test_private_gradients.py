@@ -9,14 +9,22 @@ that nothing public calls is checked on its own, as before.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gradcheck.subjects import find_subjects
-from tests.helpers import FIXTURES, blamed, by_name, copy_fixture, invoke, load_copy, reports_by_mode, run_json
+from tests.helpers import (
+    blamed,
+    by_name,
+    copy_fixture,
+    fixture_module_alone,
+    invoke,
+    load_copy,
+    reports_by_mode,
+    run_json,
+)
 
 SHIFT = {("native", "shift"), ("numeric", "shift")}
 #: name -> the (check, input) pairs blamed, with the config and with none (probed shapes).
@@ -39,9 +47,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The module alone, in a folder with no config."""
-    folder = tmp_path_factory.mktemp("private_bare")
-    shutil.copy(FIXTURES / "private" / "private_ops.py", folder)
-    return folder / "private_ops.py"
+    return fixture_module_alone("private", tmp_path_factory.mktemp("private_bare"))
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ hint about a backward function the user did not write.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from gradcheck.checking import diagnose, verdict
 from gradcheck.loss import Draw
 from gradcheck.results import Problem
 from gradcheck.subjects import find_subjects
-from tests.helpers import FIXTURES, by_name, copy_fixture, invoke, load_copy, reports_by_mode, run_json
+from tests.helpers import by_name, copy_fixture, fixture_module_alone, invoke, load_copy, reports_by_mode, run_json
 
 LAYERS = ("Reversal", "ReversalWrong", "CapturedReversal")
 CONFIG = "".join(
@@ -86,9 +85,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The module alone, in a folder with no config."""
-    folder = tmp_path_factory.mktemp("registered_bare")
-    shutil.copy(FIXTURES / "registered" / "registered_ops.py", folder)
-    return folder / "registered_ops.py"
+    return fixture_module_alone("registered", tmp_path_factory.mktemp("registered_bare"))
 
 
 @pytest.fixture(scope="module")

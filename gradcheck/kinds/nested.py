@@ -14,11 +14,11 @@ function and its backward function's line, and the reference used.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from gradcheck.instrument import BackwardRecord, Outcome
-from gradcheck.kinds.protocol import Bound, Reached, SubjectKind, SubjectParts
+from gradcheck.instrument import BackwardRecord
+from gradcheck.kinds.protocol import Bound, Outcomes, Reached, SubjectKind, SubjectParts
 from gradcheck.targets import CallTarget, ReachingTarget
 
 
@@ -77,12 +77,7 @@ class Nested:
     marker = "tf.custom_gradient"
 
     def reached(
-        self,
-        subject: SubjectParts,
-        outcomes: Mapping[str, Outcome],
-        table: str,
-        reference: str,
-        target: CallTarget | None = None,
+        self, subject: SubjectParts, outcomes: Outcomes, table: str, reference: str, target: CallTarget | None = None
     ) -> Reached | None:
         """Judge what the custom run recorded (``table``: its config table; ``reference``: the setting)."""
         records = next((tuple(o.records) for o in outcomes.values() if o.records), ())

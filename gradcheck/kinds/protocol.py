@@ -66,6 +66,10 @@ class Construct(Protocol):
         ...
 
 
+#: One custom run's outcome per execution mode (``eager``, ``function``).
+Outcomes = Mapping[str, Outcome]
+
+
 @dataclass(frozen=True)
 class Bound:
     """What one check calls, made for it by the subject's kind."""
@@ -196,12 +200,7 @@ class SubjectKind(Protocol):
         ...
 
     def reached(
-        self,
-        subject: SubjectParts,
-        outcomes: Mapping[str, Outcome],
-        table: str,
-        reference: str,
-        target: CallTarget | None = None,
+        self, subject: SubjectParts, outcomes: Outcomes, table: str, reference: str, target: CallTarget | None = None
     ) -> Reached | None:
         """What its custom run (``outcomes``, made through ``target``) reaching these custom gradients means for
         the check; None where nothing is to say."""
@@ -226,12 +225,7 @@ class Declared:
         return True
 
     def reached(
-        self,
-        subject: SubjectParts,
-        outcomes: Mapping[str, Outcome],
-        table: str,
-        reference: str,
-        target: CallTarget | None = None,
+        self, subject: SubjectParts, outcomes: Outcomes, table: str, reference: str, target: CallTarget | None = None
     ) -> Reached | None:
         """None: its custom gradients were found before it ran."""
         return None

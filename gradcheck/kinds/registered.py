@@ -22,13 +22,11 @@ each execution mode got:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gradcheck import _tf
-from gradcheck.instrument import Outcome
 from gradcheck.kinds.nested import Nested
-from gradcheck.kinds.protocol import Bound, Reached, SubjectParts
+from gradcheck.kinds.protocol import Bound, Outcomes, Reached, SubjectParts
 from gradcheck.results import Problem
 from gradcheck.targets import CallTarget, RegisteredTarget
 
@@ -97,12 +95,7 @@ class Registered(Nested):
         return False
 
     def reached(
-        self,
-        subject: SubjectParts,
-        outcomes: Mapping[str, Outcome],
-        table: str,
-        reference: str,
-        target: CallTarget | None = None,
+        self, subject: SubjectParts, outcomes: Outcomes, table: str, reference: str, target: CallTarget | None = None
     ) -> Reached | None:
         """Judge where each registered gradient applied, in the execution modes that ran."""
         entries = target.entries if isinstance(target, RegisteredTarget) else []
