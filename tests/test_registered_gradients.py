@@ -25,7 +25,16 @@ from gradcheck.checking import diagnose, verdict
 from gradcheck.loss import Draw
 from gradcheck.results import Problem
 from gradcheck.subjects import find_subjects
-from tests.helpers import by_name, copy_fixture, fixture_module_alone, invoke, load_copy, reports_by_mode, run_json
+from tests.helpers import (
+    by_name,
+    copy_fixture,
+    fixture_module_alone,
+    invoke,
+    load_copy,
+    reports_by_mode,
+    run_json,
+    write,
+)
 
 LAYERS = ("Reversal", "ReversalWrong", "CapturedReversal")
 CONFIG = "".join(
@@ -237,3 +246,33 @@ def test_gradcheck_check_takes_a_registered_function(bare: Path) -> None:
     assert {(p.check, p.input, p.execution) for p in flipped.problems} == {ONLY_IN_FUNCTION, IN_FUNCTION_WRONG}
     captured = gradcheck.check(module.square_captured, inputs={"x": (3, 4)})
     assert {(p.check, p.input, p.execution) for p in captured.problems} == NEVER
+
+
+SIGN_AT_IMPORT = """
+import tensorflow as tf
+
+
+@tf.RegisterGradient("GradcheckTestSignStraightThrough")
+def _sign_straight_through(op, grad):
+    return grad
+
+
+@tf.function
+def _overridden_sign(x):
+    with tf.compat.v1.get_default_graph().gradient_override_map({"Sign": "GradcheckTestSignStraightThrough"}):
+        return tf.sign(x)
+
+
+def sign_straight_through(x):
+    return _overridden_sign(x)
+"""
+
+
+def test_registrations_are_put_back_as_other_state_is(tmp_path: Path) -> None:
+    # A module-level registration is there for the module's own checks, and importing the module again (a
+    # second run in the same process, the same worker) does not raise "Registering two gradient with name".
+    path = write(tmp_path, "sign_ops.py", SIGN_AT_IMPORT)
+    for _ in range(2):
+        (result,) = run_json(str(path), "--shape-only")["results"]
+        assert result["status"] == "passed", result["problems"]
+        assert "registered gradient applied: GradcheckTestSignStraightThrough" in " ".join(result["notes"])

@@ -45,9 +45,11 @@ from gradcheck._tf.process_state import (
     global_flags,
     library_attributes,
     random_state,
+    registered_gradients,
     set_global_flags,
     set_library_attributes,
     set_random_state,
+    set_registered_gradients,
 )
 from gradcheck._tf.reach import Instrumenter, Reach, functions_run_eagerly, is_custom_gradient_decorator
 from gradcheck.errors import TensorFlowMissing
@@ -83,9 +85,11 @@ __all__ = [
     "quiet_logs",
     "random_state",
     "registered_gradient",
+    "registered_gradients",
     "set_global_flags",
     "set_library_attributes",
     "set_random_state",
+    "set_registered_gradients",
     "set_verbose",
     "shown_location",
     "tensorflow",
