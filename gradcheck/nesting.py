@@ -422,6 +422,8 @@ def _python_use(node: ast.AST, names: set[str]) -> dict[str, PythonParameter]:
             for operand in operands:
                 if isinstance(operand, ast.Name) and operand.id in names:
                     found[operand.id] = PythonParameter("compared with a string")
+    if isinstance(node, (ast.If, ast.While, ast.IfExp)):
+        found.update(_int_conditions(node.test, names))
     if not isinstance(node, ast.Call):
         return found
     if isinstance(node.func, ast.Name) and node.func.id in names:
@@ -434,6 +436,21 @@ def _python_use(node: ast.AST, names: set[str]) -> dict[str, PythonParameter]:
     for count, how in counts:
         if isinstance(count, ast.Name) and count.id in names:
             found.setdefault(count.id, PythonParameter(f"a loop count, {how.replace('...', count.id)}"))
+    return found
+
+
+def _int_conditions(test: ast.AST, names: set[str]) -> dict[str, PythonParameter]:
+    """Parameters a Python condition compares for equality with an int (``if bitW == 32:``: a bit width, a
+    mode number): a tensor there does not make a Python bool."""
+    found = {}
+    for node in ast.walk(test):
+        if not (isinstance(node, ast.Compare) and all(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops)):
+            continue
+        operands = [node.left, *node.comparators]
+        numbers = [o.value for o in operands if isinstance(o, ast.Constant) and type(o.value) is int]
+        for operand in operands:
+            if numbers and isinstance(operand, ast.Name) and operand.id in names:
+                found[operand.id] = PythonParameter(f"compared with {numbers[0]} in a Python condition")
     return found
 
 
