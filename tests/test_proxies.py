@@ -5,7 +5,8 @@ twin's mask inverted), straight-through rounding, gradient reversal (its
 twin lost the sign), gradient scaling by an argument and by a factor written
 into the code, and Keras layers that reach each of them through a kernel.
 Its gradcheck.toml declares each function's proxy; the layers use them
-without a line of their own. The references then take the forward value and
+without a line of their own, except one whose custom gradient is made in
+its own call, which declares its own. The references then take the forward value and
 the proxy's derivative: the right twins pass, the wrong ones fail on ``x``
 alone (a layer's kernel gradient uses the forward value and passes).
 """
@@ -34,6 +35,7 @@ RIGHT = {
     "RoundDense",
     "ReversalDense",
     "TenthReversalDense",
+    "NestedReversal",
 }
 WRONG = {f"{name}_wrong" if name[0].islower() else f"{name}Wrong" for name in RIGHT}
 #: Where each wrong twin is blamed: on x alone, by both references.
@@ -49,6 +51,7 @@ HINTS = {
     "tenth_reversal_wrong": "wrong sign",
     "TenthReversalDenseWrong": "wrong sign",
     "scale_gradient_wrong": "4 times the expected one",
+    "NestedReversalWrong": "wrong sign",
 }
 #: Without proxies: the line each recognised surrogate's hint gives.
 LINES = {
@@ -58,6 +61,7 @@ LINES = {
     "reverse_gradient": '[functions.reverse_gradient] proxy = "gradcheck.proxies:negation"',
     "scale_gradient": '[functions.scale_gradient] proxy = "gradcheck.proxies:scale";',
     "tenth_reversal": '[functions.tenth_reversal] proxy = "gradcheck.proxies:scale", constants = { scale = -0.1 }',
+    "NestedReversal": '[layers.NestedReversal] proxy = "gradcheck.proxies:negation"',
 }
 
 
