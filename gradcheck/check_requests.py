@@ -75,7 +75,7 @@ def request_for(planned: PlannedCheck, options: RunOptions) -> CheckRequest:
 def _subject_table(config: Config, subject: Subject) -> SubjectConfig | None:
     """The subject's config table, under its name or, failing that, one of its aliases."""
     for name in (subject.name, *subject.aliases):
-        table = config.subject(subject.kind, name)
+        table = config.subject(subject.kind.reported, name)
         if table is not None:
             return table
     return None
@@ -160,8 +160,8 @@ def _with_proxies(
         return proxying.resolve(value, surrogate, where, target)
 
     with state.preserved([import_root(target)] if target is not None else []):
-        where = f"{config_label}: {'layers' if subject.kind == 'layer' else 'functions'}.{subject.name}"
-        called = subject.forward if subject.kind != "layer" else getattr(subject.owner, "call", None)
+        where = f"{config_label}: {subject.kind.table}.{subject.name}"
+        called = subject.kind.described_by(subject)  # what the table's constants are passed to
         table, own = proxying.own_proxy(table, called, where, lambda value: resolved(subject.name, value))
         return table, own, proxying.reached_proxies(config, names, resolved)
 

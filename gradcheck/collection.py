@@ -278,8 +278,8 @@ def _check_config_names(config: Config, subjects: list[Subject]) -> None:
     several modules still lets a run check one of them.
     """
     for kind, table in (("function", config.functions), ("layer", config.layers)):
-        defined = [s.name for s in subjects if s.kind == kind]
-        defined += [alias for s in subjects if s.kind == kind for alias in s.aliases]
+        defined = [s.name for s in subjects if s.kind.reported == kind]
+        defined += [alias for s in subjects if s.kind.reported == kind for alias in s.aliases]
         for name in table:
             if name in defined:
                 continue
@@ -291,7 +291,7 @@ def _check_config_names(config: Config, subjects: list[Subject]) -> None:
                 f"{config.label}: {plural}.{name}: no {kind} named '{name}' in the targets"
                 f"{closest(name, defined)}{known}"
             )
-    owners = sorted({s.name.split(".", 1)[0] for s in subjects if s.kind == "function" and "." in s.name})
+    owners = sorted({s.name.split(".", 1)[0] for s in subjects if s.kind.shares_class_table})
     for name in config.classes:
         if name in owners or (config.path is not None and find_definition(config.path.parent, name) is not None):
             continue

@@ -11,7 +11,7 @@ import importlib.metadata
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-#: The checks a problem can belong to, as the JSON report (documented in the README) lists them.
+#: The checks a problem can belong to, as the JSON report (documented in docs/ci.md) lists them.
 CHECKS = (
     "count",
     "shape",
@@ -361,7 +361,7 @@ class RunReport:
         return self.maxfail is not None and bool(self.not_checked) and not self.interrupted
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON report, as the README documents it (``not_checked`` only when the run stopped early)."""
+        """The JSON report, as docs/ci.md documents it (``not_checked`` only when the run stopped early)."""
         document: dict[str, Any] = {
             "gradcheck": self.version,
             "seed": self.seed,

@@ -20,6 +20,7 @@ from typing import Any
 
 from gradcheck.check_requests import request_for
 from gradcheck.checking import CheckRequest, check_subject, guess_shapes
+from gradcheck.checking.build import declared_plan
 from gradcheck.collection import collect
 from gradcheck.config import Config, merged_settings
 from gradcheck.config_files import CONFIG_FILE, PROJECT_ROOT_MARKERS, config_file_for, read_config_file
@@ -136,40 +137,20 @@ class Listing:
 
 
 def listing(options: RunOptions) -> Listing:
-    """What would be checked: each function with its signature and resolved shapes."""
-    import inspect
-
-    from gradcheck.inputs import plan_call
-
+    """What would be checked: each function with its signature (as its kind gives it) and resolved shapes."""
     entries = []
     collected = collect(options)
     for planned in collected.planned:
         request = request_for(planned, options)
         subject = request.subject
-        function = subject.forward if subject.kind != "layer" else subject.obj.call
-        try:
-            signature = inspect.signature(function)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            signature = inspect.Signature()
-        if subject.binding in ("method", "classmethod", "layer"):
-            parameters = list(signature.parameters.values())[1:]
-            signature = signature.replace(parameters=parameters)
-        table = "layers" if subject.kind == "layer" else "functions"
-        plan = plan_call(
-            signature,
-            request.config,
-            request.dims,
-            request.settings.dtype,
-            request.config_label,
-            f"{table}.{subject.name}",
-            request.shape_overrides,
-        )
+        signature = subject.kind.signature(subject)
+        plan = declared_plan(request, signature, request.settings.dtype)
         lines = _listed_inputs(request, plan)
         if subject.reaches:
             lines.append(f"reaches: {', '.join(subject.reaches)}")
         if subject.aliases:
             lines.append(f"also named: {', '.join(subject.aliases)} (checked once)")
-        entries.append(ListedFunction(subject.id, subject.kind, str(signature), tuple(lines)))
+        entries.append(ListedFunction(subject.id, subject.kind.reported, str(signature), tuple(lines)))
     return Listing(tuple(entries), collected.module_results, collected.summary)
 
 

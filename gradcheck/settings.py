@@ -38,6 +38,16 @@ DEFAULT_TIMEOUT = 60.0
 FUNCTION = "function"
 RUN = "run"
 
+#: Groups: where ``gradcheck run --help`` and the guide's references list an option or a key, in this order.
+#: ``selection``: what is checked; ``checking``: how; ``reports``: what is written; ``CI``: what fails the
+#: run and how a job splits it; ``resources``: time, memory, processes and devices.
+SELECTION = "Selection"
+CHECKING = "Checking"
+REPORTS = "Reports"
+CI = "CI"
+RESOURCES = "Resources"
+GROUPS = (SELECTION, CHECKING, REPORTS, CI, RESOURCES)
+
 
 class InvalidValue(ValueError):
     """A setting's value that its kind refuses; the message says why, without naming the key."""
@@ -204,6 +214,8 @@ class Setting:
     the default); ``set`` (a flag, whenever it is on); ``never``."""
     config_key: str = ""
     """The key in the config file; ``""``: the name."""
+    group: str = CHECKING
+    """Where ``--help`` and the guide's references list it: one of :data:`GROUPS`."""
 
     @property
     def key(self) -> str:
@@ -308,6 +320,7 @@ TABLE: tuple[Setting, ...] = (
         "Report format; repeat for several reports, each followed by its own -o.",
         scope=RUN,
         multiple=True,
+        group=REPORTS,
     ),
     Setting(
         "output",
@@ -317,8 +330,9 @@ TABLE: tuple[Setting, ...] = (
         scope=RUN,
         short="-o",
         multiple=True,
+        group=REPORTS,
     ),
-    Setting("strict", Flag(), False, "A skipped function counts as a failure."),
+    Setting("strict", Flag(), False, "A skipped function counts as a failure.", group=CI),
     Setting(
         "fail_on",
         Statuses(),
@@ -327,6 +341,7 @@ TABLE: tuple[Setting, ...] = (
         scope=RUN,
         metavar="STATUS[,STATUS]",
         multiple=True,
+        group=CI,
     ),
     Setting(
         "maxfail",
@@ -335,6 +350,7 @@ TABLE: tuple[Setting, ...] = (
         "Stop after N failures.",
         scope=RUN,
         metavar="N",
+        group=CI,
     ),
     Setting(
         "timeout",
@@ -343,6 +359,7 @@ TABLE: tuple[Setting, ...] = (
         f"Stop a function's check after SECONDS; it is an error (default {DEFAULT_TIMEOUT:g}; 0: no limit).",
         per_function=True,
         metavar="SECONDS",
+        group=RESOURCES,
     ),
     Setting(
         "max_memory",
@@ -351,6 +368,7 @@ TABLE: tuple[Setting, ...] = (
         "Stop a check whose process holds more than MB of memory (default: half the machine's; 0: no limit).",
         scope=RUN,
         metavar="MB",
+        group=RESOURCES,
     ),
     Setting(
         "jobs",
@@ -361,6 +379,7 @@ TABLE: tuple[Setting, ...] = (
         scope=RUN,
         short="-j",
         metavar="N|auto",
+        group=RESOURCES,
     ),
     Setting(
         "exclude",
@@ -371,6 +390,7 @@ TABLE: tuple[Setting, ...] = (
         scope=RUN,
         metavar="GLOB",
         multiple=True,
+        group=SELECTION,
     ),
     Setting(
         "device",
@@ -378,6 +398,7 @@ TABLE: tuple[Setting, ...] = (
         "auto",
         "Where checks run; auto: the GPU where there is one.",
         keyword=True,
+        group=RESOURCES,
     ),
 )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gradcheck import probing
@@ -21,6 +21,7 @@ from gradcheck.checking.recognise import recognised_proxy
 from gradcheck.checking.surrogates import ProxyChoice
 from gradcheck.collection import collect
 from gradcheck.config import Settings
+from gradcheck.kinds.protocol import signature_or_empty
 from gradcheck.options import RunOptions
 from gradcheck.results import Result
 from gradcheck.walk import Exclusion
@@ -51,8 +52,8 @@ class StarterInput:
 class StarterEntry:
     """One ``[functions.NAME]`` (or ``[layers.NAME]``) table of the starter config."""
 
-    kind: str
-    """``function`` or ``layer``."""
+    table: str
+    """The config table the entry goes under: ``functions`` or ``layers``."""
     name: str
     """The key: the function's name in its module (``Class.method`` for methods)."""
     id: str
@@ -78,11 +79,6 @@ class StarterEntry:
     proxy: ProxyChoice | None = None
     """The shipped proxy a surrogate gradient was recognised as standing for, with its own constants."""
 
-    @property
-    def table(self) -> str:
-        """The config table the entry goes under."""
-        return "layers" if self.kind == "layer" else "functions"
-
 
 @dataclass(frozen=True)
 class Starter:
@@ -103,23 +99,23 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0, exclusions: tuple[E
     for planned in collected.planned:
         request = request_for(planned, options)
         subject = request.subject
+        named = StarterEntry(table=subject.kind.table, name=subject.name, id=subject.id)
         guess = guess_shapes(request)
         if guess.plan is None:
             failure = guess.failure or "no shapes found"
-            needs_init = subject.binding in ("method", "layer") and guess.reason in ("needs-init", "init-raised")
-            parameters = _required(_called(subject), skip_first=subject.binding in ("method", "layer"))
-            hints = probing.hints_for(_called(subject), parameters)
+            # Only a method's class or a layer is constructed: only they can want constructor arguments.
+            needs_init = guess.reason in ("needs-init", "init-raised")
+            parameters = _required(subject.kind.signature(subject))  # as `gradcheck list` shows it
+            hints = probing.hints_for(subject.kind.described_by(subject), parameters)
             entries.append(
-                StarterEntry(
-                    kind=subject.kind,
-                    name=subject.name,
-                    id=subject.id,
+                replace(
+                    named,
                     failure=failure,
                     constants=guess.constants,
                     needs_init=needs_init,
                     parameters=parameters,
                     lists=tuple(name for name, hint in hints.items() if hint.sequence),
-                    init_parameters=_required(subject.owner, skip_first=False) if needs_init else (),
+                    init_parameters=_required(signature_or_empty(subject.owner)) if needs_init else (),
                 )
             )
             continue
@@ -138,28 +134,15 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0, exclusions: tuple[E
         floats = {a.spec.dtype for a in guess.plan.leaves if a.spec is not None and a.spec.differentiable}
         dtype = floats.pop() if len(floats) == 1 and request.settings.dtype not in floats else None
         proxy = recognised_proxy(request, guess.plan)
-        entries.append(
-            StarterEntry(kind=subject.kind, name=subject.name, id=subject.id, inputs=inputs, dtype=dtype, proxy=proxy)
-        )
+        entries.append(replace(named, inputs=inputs, dtype=dtype, proxy=proxy))
     return Starter(entries, collected.module_results)
 
 
-def _called(subject: Any) -> Any:
-    """What a check calls: the layer's ``call``, else the undecorated function."""
-    return subject.owner.call if subject.kind == "layer" else subject.forward
-
-
-def _required(function: Any, skip_first: bool) -> tuple[str, ...]:
-    """Names of the parameters without defaults (``self`` left out for methods)."""
-    try:
-        parameters = list(inspect.signature(function).parameters.values())
-    except (TypeError, ValueError):
-        return ()
-    if skip_first and parameters and parameters[0].name in ("self", "cls"):
-        parameters = parameters[1:]
+def _required(signature: inspect.Signature) -> tuple[str, ...]:
+    """Names of the parameters without defaults."""
     return tuple(
         p.name
-        for p in parameters
+        for p in signature.parameters.values()
         if p.default is inspect.Parameter.empty
         and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     )

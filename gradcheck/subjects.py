@@ -12,7 +12,7 @@ import contextlib
 import inspect
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
@@ -21,6 +21,7 @@ from typing import Any
 from gradcheck import _tf, nesting
 from gradcheck.config import closest
 from gradcheck.errors import TargetError
+from gradcheck.kinds import SubjectKind, kind_named
 from gradcheck.paths import display_path
 
 
@@ -32,8 +33,8 @@ class Subject:
     """``path::name`` as shown in reports and accepted by ``::``."""
     name: str
     """Name in its module: ``func``, or ``Class.method`` for methods."""
-    kind: str
-    """``function`` or ``layer``."""
+    kind: SubjectKind
+    """What kind of subject it is (:mod:`gradcheck.kinds`): everything that differs by kind is asked of it."""
     path: str
     """The module's file as shown in reports."""
     line: int
@@ -48,17 +49,12 @@ class Subject:
     """``tf.function`` input signature, if any."""
     owner: type | None = None
     """The class of a method."""
-    binding: str = "function"
-    """``function``, ``staticmethod``, ``classmethod``, ``method``, ``wrapper`` or ``layer``."""
     module: ModuleType | None = None
     """The module that defines it."""
     patches: tuple[tuple[dict[str, Any], str], ...] = ()
     """For a layer: the (namespace, name) of each custom-gradient function its ``call`` reaches."""
     reaches: tuple[str, ...] = ()
     """For a layer: the names of those functions, for listings."""
-    reaching: bool = False
-    """Its custom gradients are made as it runs (nested, or behind a helper): they are found,
-    instrumented and switched off while it runs (:mod:`gradcheck.targets.reaching`)."""
     explicit: bool = False
     """Named by ``::NAME`` or a config table: checked even where it reaches no custom gradient."""
     aliases: tuple[str, ...] = ()
@@ -129,7 +125,7 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
     return Subject(
         id=f"{shown}::{name}",
         name=name,
-        kind="function",
+        kind=kind_named((place.binding if place is not None else "function") if parts is not None else "wrapper"),
         path=shown,
         line=_def_line(forward),
         obj=obj,
@@ -137,7 +133,6 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
         decorators=parts.decorators if parts is not None else (wrapper[0],),  # type: ignore[index]
         input_signature=parts.input_signature if parts is not None else None,
         owner=place.owner if place is not None else None,
-        binding=(place.binding if place is not None else "function") if parts is not None else "wrapper",
         module=place.module if place is not None else inspect.getmodule(forward),
     )
 
@@ -154,13 +149,12 @@ def _reaching_callable(obj: Any) -> Subject | None:
     return Subject(
         id=f"{shown}::{name}",
         name=name,
-        kind="function",
+        kind=kind_named("nested function"),
         path=shown,
         line=_def_line(function),
         obj=obj,
         forward=obj,
         module=inspect.getmodule(function),
-        reaching=True,
         explicit=True,
     )
 
@@ -215,26 +209,15 @@ def find_subjects(module: ModuleType, path: Path, named: Iterable[str] = ()) -> 
     return subjects
 
 
-def _defining_object(subject: Subject) -> Any:
-    """What two names of one subject share: the layer class, or the function object itself.
-
-    Not the function behind the decorators: ``a = tf.custom_gradient(f)`` and
-    ``b = tf.custom_gradient(f)`` are two custom gradients, each checked.
-    """
-    return subject.owner if subject.kind == "layer" else subject.obj
-
-
 def _one_per_object(subjects: list[Subject]) -> list[Subject]:
     """One subject per object: an alias (``Alias = Layer``) is a name of the same subject, not another one.
 
     The subject keeps the name that defines the object (its ``__name__``),
     else the first; the other names are its ``aliases``.
     """
-    groups: dict[tuple[int, str | None], list[Subject]] = {}
+    groups: dict[Hashable, list[Subject]] = {}
     for subject in subjects:
-        owner = subject.owner if subject.kind != "layer" else None
-        key = (id(_defining_object(subject)), f"{id(owner)}:{subject.binding}" if owner is not None else None)
-        groups.setdefault(key, []).append(subject)
+        groups.setdefault(subject.kind.identity(subject), []).append(subject)
     kept = []
     for group in groups.values():
         defining = next((s for s in group if s.name.rsplit(".", 1)[-1] == _own_name(s)), group[0])
@@ -245,7 +228,7 @@ def _one_per_object(subjects: list[Subject]) -> list[Subject]:
 
 def _own_name(subject: Subject) -> str | None:
     """The name the ``def`` or ``class`` statement gave the object (a function's ``__name__`` can be reassigned)."""
-    obj = subject.forward if subject.kind != "layer" and subject.forward is not None else _defining_object(subject)
+    obj: Any = subject.forward if subject.forward is not None else subject.owner
     try:
         code = getattr(inspect.unwrap(obj), "__code__", None)
         return code.co_name if code is not None else getattr(obj, "__name__", None)
@@ -260,15 +243,13 @@ def _reaching_subject(function: Any, place: Place, explicit: bool = False) -> Su
     return Subject(
         id=f"{shown}::{place.name}",
         name=place.name,
-        kind="function",
+        kind=kind_named(f"nested {place.binding}"),
         path=shown,
         line=_def_line(forward),
         obj=function,
         forward=forward,
         owner=place.owner,
-        binding=place.binding,
         module=place.module,
-        reaching=True,
         explicit=explicit,
     )
 
@@ -307,18 +288,17 @@ def _layer_subject(obj: Any, cls: type, place: Place | None) -> Subject | None:
         if nesting.Reachability(home).makes_custom_gradients(call, cls):
             return _reaching_layer(obj, cls, place, call)
         return None
-    return _placed_layer(
-        obj, cls, place, call, patches=tuple(patches), reaches=tuple(dict.fromkeys(n for _, n in patches))
-    )
+    reaches = tuple(dict.fromkeys(n for _, n in patches))
+    return _placed_layer(obj, cls, place, call, kind_named("layer"), patches=tuple(patches), reaches=reaches)
 
 
 def _reaching_layer(obj: Any, cls: type, place: Place | None, call: Any, explicit: bool = False) -> Subject:
     """A layer whose ``call`` makes custom gradients as it runs (a custom-gradient method, or one
     nested in ``call``), or a layer named explicitly."""
-    return _placed_layer(obj, cls, place, call, reaching=True, explicit=explicit)
+    return _placed_layer(obj, cls, place, call, kind_named("nested layer"), explicit=explicit)
 
 
-def _placed_layer(obj: Any, cls: type, place: Place | None, call: Any, **how: Any) -> Subject:
+def _placed_layer(obj: Any, cls: type, place: Place | None, call: Any, kind: SubjectKind, **how: Any) -> Subject:
     """The subject of a layer, named where discovery found it (else by its class and ``call``'s file)."""
     module: ModuleType | None
     if place is not None:
@@ -330,13 +310,12 @@ def _placed_layer(obj: Any, cls: type, place: Place | None, call: Any, **how: An
     return Subject(
         id=f"{shown}::{name}",
         name=name,
-        kind="layer",
+        kind=kind,
         path=shown,
         line=line,
         obj=obj,
         forward=None,
         owner=cls,
-        binding="layer",
         module=module,
         **how,
     )

@@ -282,3 +282,78 @@ def test_mypy_passes_on_the_package() -> None:
     assert (found.returncode, found.stdout) == (0, ""), found.stdout + found.stderr
     ignores = sum(path.read_text(encoding="utf-8").count("type: ignore") for path in MODULES.values())
     assert ignores <= MAX_TYPE_IGNORES
+
+
+#: What names a kind of subject: a test of one of these outside gradcheck.kinds is an if-chain on the kind.
+_KIND_WORDS = {"function", "layer", "method", "staticmethod", "classmethod", "wrapper", "nested"}
+#: The kinds' classes (gradcheck/kinds/): an isinstance of one is a test of the kind.
+_KIND_CLASSES = {"Function", "StaticMethod", "ClassMethod", "Method", "Wrapper", "Layer", "Nested"}
+#: Where a subject's kind may be decided on: the kinds themselves, and discovery, which chooses them.
+_KIND_DECIDERS = {"gradcheck.kinds", "gradcheck.subjects"}
+
+
+def _names_a_kind(node: ast.AST) -> bool:
+    """A string (or a tuple of strings) that is a kind's name: ``"layer"``, ``("method", "nested layer")``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.split(" ", 1)[0] in _KIND_WORDS
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(_names_a_kind(e) for e in node.elts)
+
+
+def _kind_of(node: ast.AST) -> bool:
+    """``X.kind`` or ``X.kind.name``: a kind, or a kind's name."""
+    if isinstance(node, ast.Attribute) and node.attr == "name":
+        node = node.value
+    return isinstance(node, ast.Attribute) and node.attr == "kind"
+
+
+def _of_a_subject(node: ast.AST) -> bool:
+    """``subject.kind`` (``request.subject.kind.name``...): the kind of something named a subject."""
+    return _kind_of(node) and ast.unparse(node).split(".kind")[0].endswith("subject")
+
+
+def _kind_tests(name: str, path: Path) -> list[str]:
+    """Where a module decides by a subject's kind instead of asking its kind (:mod:`gradcheck.kinds`)."""
+    found: list[tuple[int, int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr in ("binding", "reaching", "explicit"):
+            if node.attr != "explicit" or ast.unparse(node.value).endswith("subject"):
+                found.append((node.lineno, node.col_offset, f"reads {ast.unparse(node)}"))
+        elif isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            named = any(_kind_of(o) for o in operands) and any(_names_a_kind(o) for o in operands)
+            if named or any(_of_a_subject(o) for o in operands):
+                found.append((node.lineno, node.col_offset, f"tests {ast.unparse(node)}"))
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance" and _kind_of(node.args[0]):
+            classes = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+            if _of_a_subject(node.args[0]) or classes & _KIND_CLASSES:
+                found.append((node.lineno, node.col_offset, f"tests {ast.unparse(node)}"))
+    return [f"{name}:{line}: {what}" for line, _, what in sorted(found)]
+
+
+def test_only_the_kinds_decide_by_a_subjects_kind() -> None:
+    offenders = [
+        line
+        for name, path in MODULES.items()
+        if not any(name == d or name.startswith(d + ".") for d in _KIND_DECIDERS)
+        for line in _kind_tests(name, path)
+    ]
+    assert offenders == []
+
+
+def test_a_decision_by_a_subjects_kind_is_found(tmp_path: Path) -> None:
+    user = tmp_path / "user.py"
+    user.write_text(
+        "if subject.kind == 'layer' or request.subject.reaching:\n"
+        "    pass\n"
+        "named = entry.kind.name in ('method', 'nested layer')\n"
+        "mine = isinstance(s.kind, Layer) or target.explicit or request.subject.explicit\n"
+        "fine = source.kind == 'variable' or subject.kind.table == 'layers'\n",
+        encoding="utf-8",
+    )
+    assert _kind_tests("gradcheck.user", user) == [
+        "gradcheck.user:1: tests subject.kind == 'layer'",
+        "gradcheck.user:1: reads request.subject.reaching",
+        "gradcheck.user:3: tests entry.kind.name in ('method', 'nested layer')",
+        "gradcheck.user:4: tests isinstance(s.kind, Layer)",
+        "gradcheck.user:4: reads request.subject.explicit",
+    ]

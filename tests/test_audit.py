@@ -5,6 +5,7 @@ from __future__ import annotations
 from gradcheck.checking import audit, executions
 from gradcheck.inputs import Argument, CallPlan, TensorSpec
 from gradcheck.instrument import BackwardRecord, Outcome, ReturnedGradient
+from gradcheck.kinds import kind_named
 
 PLAN = CallPlan(
     (
@@ -13,7 +14,7 @@ PLAN = CallPlan(
         Argument("axis", "constant", value=1, has_default=True),
     )
 )
-SUBJECT = audit.Audited(name="op", kind="function", path=None, plan=PLAN)
+SUBJECT = audit.Audited(name="op", kind=kind_named("function"), path=None, plan=PLAN)
 
 
 def tensor(shape: tuple[int, ...], dtype: str = "float64") -> ReturnedGradient:
@@ -60,7 +61,7 @@ def test_a_backward_function_never_called_means_native_autodiff_ran() -> None:
     [problem] = audit.grad_fn_called(PLAN, [record(calls=0)])
     assert problem.got == "backward not called" and problem.expected == "3 gradients"
     assert audit.grad_fn_called(PLAN, [record()]) == []
-    wrapper = audit.Audited(name="op", kind="function", path=None, plan=PLAN, wrapper=True)
+    wrapper = audit.Audited(name="op", kind=kind_named("wrapper"), path=None, plan=PLAN, wrapper=True)
     assert audit.audit(wrapper, Outcome("eager", [], grads={})).problems == []
 
 

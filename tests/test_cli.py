@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from gradcheck.cli.help import GUIDE_PAGES, OTHER
+from gradcheck.settings import GROUPS, TABLE
 from tests.helpers import PICKY, REPO, by_name, invoke, run_json, write
 
 GOOD = """
@@ -298,6 +301,35 @@ def test_help_and_version() -> None:
     help_text = invoke("run", "--help").stdout
     for option in ("--shape-only", "--mode", "--dtype", "--seed", "--execution", "--format", "--strict"):
         assert option in help_text
+
+
+def test_run_help_lists_its_options_by_group() -> None:
+    help_text = invoke("run", "--help").stdout
+    sections = [line[:-1] for line in help_text.splitlines() if re.match(r"^[A-Z][A-Za-z ]*:$", line)]
+    assert sections == [*GROUPS, OTHER]
+    listed = {}
+    for section in help_text.split("\n\n"):
+        title, _, body = section.partition(":\n")
+        for flag in re.findall(r"^  (?:-\w, )?(--[\w-]+)", body, flags=re.M):
+            assert flag not in listed, flag
+            listed[flag] = title
+    for setting in TABLE:
+        if setting.long_flag is not None:
+            assert listed[setting.long_flag] == setting.group, setting.name
+    assert (listed["--config"], listed["--shape"], listed["--shard"], listed["--quiet"]) == (
+        "Selection",
+        "Checking",
+        "CI",
+        "Reports",
+    )
+
+
+@pytest.mark.parametrize("command", sorted(GUIDE_PAGES))
+def test_each_help_ends_with_its_guide_page(command: str) -> None:
+    args = ["--help"] if command == "gradcheck" else [command, "--help"]
+    last = invoke(*args).stdout.rstrip().splitlines()[-2:]
+    page, reference = GUIDE_PAGES[command]
+    assert [line.strip() for line in last] == [f"Guide: {page}", f"Every option: {reference}"]
 
 
 def _subprocess(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

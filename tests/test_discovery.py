@@ -70,8 +70,8 @@ def test_finds_functions_methods_and_traced_in_definition_order(tmp_path: Path) 
     assert [s.name for s in subjects] == ["traced", "Ops.scaled", "Ops.static", "first"]
     traced = subjects[0]
     assert traced.decorators == ("tf.function", "custom_gradient")
-    assert subjects[1].binding == "method" and subjects[1].owner.__name__ == "Ops"
-    assert subjects[2].binding == "staticmethod"
+    assert subjects[1].kind.name == "method" and subjects[1].owner.__name__ == "Ops"
+    assert subjects[2].kind.name == "staticmethod"
     assert traced.line == path.read_text().splitlines().index("def traced(x):") + 1
 
 

@@ -349,6 +349,6 @@ def test_float_constant_check_passes_in_float32(ops: Any) -> None:
     assert result.status == "passed", result.problems
 
 
-def test_readme_states_the_complex_convention() -> None:
-    text = (Path(REPO) / "README.md").read_text(encoding="utf-8")
+def test_the_guide_states_the_complex_convention() -> None:
+    text = (Path(REPO) / "docs" / "verdicts.md").read_text(encoding="utf-8")
     assert "dL/dRe y + i dL/dIm y" in text

@@ -136,9 +136,9 @@ def test_starter_text_quotes_keys_and_keeps_comments_on_one_line() -> None:
     assert toml_key("custom_op") == "custom_op"
     assert toml_key("Ops.apply") == '"Ops.apply"'
     entries = [
-        StarterEntry("function", "f", "a.py::f", inputs=(StarterInput("x", (3,)),)),
-        StarterEntry("function", "f", "b.py::f", inputs=(StarterInput("x", (4,)),)),
-        StarterEntry("layer", "Dense2", "a.py::Dense2", failure="raised\nValueError: two\nlines"),
+        StarterEntry("functions", "f", "a.py::f", inputs=(StarterInput("x", (3,)),)),
+        StarterEntry("functions", "f", "b.py::f", inputs=(StarterInput("x", (4,)),)),
+        StarterEntry("layers", "Dense2", "a.py::Dense2", failure="raised\nValueError: two\nlines"),
     ]
     text = render_starter(entries, "gradcheck init a.py b.py")
     assert text.count("[functions.f]") == 1  # a table is keyed by name: one for both modules
@@ -182,9 +182,41 @@ def test_init_writes_placeholders_with_the_real_argument_names(project: Path) ->
     assert "# constants" not in text  # no argument here is a Python value
 
 
+def test_init_asks_for_the_arguments_list_shows_never_self_or_cls(project: Path) -> None:
+    (project / "gradcheck.toml").unlink()
+    write(
+        project,
+        "bound_ops.py",
+        """
+        import tensorflow as tf
+
+        def _only_7_by_13(x):
+            @tf.custom_gradient
+            def inner(x):
+                return tf.reshape(x, (91,)) * 2.0, lambda dy: tf.reshape(dy * 2.0, (7, 13))
+
+            return inner(x)
+
+        class Ops:
+            @classmethod
+            def of_class(cls, x):
+                return _only_7_by_13(x)
+
+            def of_instance(this, x):
+                return _only_7_by_13(x)
+        """,
+    )
+    listed = invoke("list", "bound_ops.py").stdout
+    assert "Ops.of_class(x)  [function]" in listed and "Ops.of_instance(x)  [function]" in listed
+    assert invoke("init", "bound_ops.py").exit_code == 0
+    text = (project / "gradcheck.toml").read_text()
+    # The first parameter is bound by the check (the class, an instance), whatever its name: no shape for it.
+    assert text.count("# inputs = { x = [4, 5] }  # the shape of each argument, in order") == 2
+
+
 def test_starter_todo_gives_python_values_as_constants_and_documented_lists_as_items() -> None:
     entry = StarterEntry(
-        kind="function",
+        table="functions",
         name="for_loop",
         id="loops.py::for_loop",
         failure="arguments body_fn and n are not tensors",

@@ -1,8 +1,8 @@
 """What CI users copy: the GitHub Actions workflow, the pre-commit hook, completion, --version.
 
-The README shows docs/github-workflow.yml and docs/pre-commit-config.yaml
-verbatim; these tests read those files and run the gradcheck command lines
-in them, so the samples are exactly what is tested.
+The guide's CI page (docs/ci.md) shows docs/github-workflow.yml and
+docs/pre-commit-config.yaml verbatim; these tests read those files and run
+the gradcheck command lines in them, so the samples are exactly what is tested.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from tests import mini_yaml
 from tests.helpers import REPO, invoke
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
+CI_PAGE = (REPO / "docs" / "ci.md").read_text(encoding="utf-8")
 
 
 def _sample(name: str) -> str:
     text = (REPO / name).read_text(encoding="utf-8")
-    assert text in README, f"the README must show {name} verbatim"
+    assert text in CI_PAGE, f"docs/ci.md must show {name} verbatim"
     return text
 
 
@@ -79,7 +80,7 @@ def test_the_pre_commit_hook(project: Path) -> None:
     assert hook["pass_filenames"] is False and hook["types_or"] == ["python", "toml"]
     config: Any = mini_yaml.loads(_sample("docs/pre-commit-config.yaml"))
     (local,) = config["repos"][0]["hooks"]
-    # The README's local hook runs what the published hook runs.
+    # The guide's local hook runs what the published hook runs.
     for key in ("id", "entry", "types_or", "pass_filenames", "args"):
         assert local[key] == hook[key], key
     # pre-commit runs `entry args` with no file names: do the same in a project.
@@ -100,7 +101,7 @@ def test_shell_completion_scripts() -> None:
         assert result.exit_code == 0
         assert marker in result.stdout, shell
     documented = "_GRADCHECK_COMPLETE=bash_source gradcheck"
-    assert documented in README
+    assert documented in (REPO / "docs" / "command-line.md").read_text(encoding="utf-8")
 
 
 def test_completion_offers_commands_and_options() -> None:

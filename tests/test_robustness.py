@@ -587,8 +587,8 @@ def test_a_function_that_allocates_past_the_memory_bound_is_an_error_and_the_run
     assert results["cube"]["status"] == "passed"
 
 
-#: How far past ``--max-memory`` a worker may get before it is stopped, as measured (README, "Nothing
-#: hangs the run"): one poll's worth (``worker.POLL_SECONDS``) of page faults, with room for a loaded machine.
+#: How far past ``--max-memory`` a worker may get before it is stopped, as measured (docs/guarantees.md,
+#: "The memory bound"): one poll's worth (``worker.POLL_SECONDS``) of page faults, with room for a loaded machine.
 MEMORY_MARGIN_MB = 150
 
 GRABS = """

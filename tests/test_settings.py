@@ -87,7 +87,7 @@ def test_check_and_discovery_make_the_same_subject(tmp_path: Path) -> None:
     found = {subject.name: subject for subject in find_subjects(module, path)}
     given = subject_of(module.bad)
     assert given is not None
-    for field in ("id", "name", "kind", "line", "forward", "decorators", "binding"):
+    for field in ("id", "name", "kind", "line", "forward", "decorators"):
         assert getattr(given, field) == getattr(found["bad"], field), field
     assert subject_of(42) is None
 

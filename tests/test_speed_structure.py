@@ -1,6 +1,6 @@
 """How much work a check does: constant in fast mode, batched in full mode, traced once.
 
-No timings here: the times live in benchmarks/bench_compare.py and the README.
+No timings here: the times live in benchmarks/bench_compare.py and docs/performance.md.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ removed in gradcheck fails here instead of lingering.
 from __future__ import annotations
 
 from gradcheck import api, cli, pytest_plugin
+from gradcheck.cli import help as cli_help
 from gradcheck.worker import process, server
 
 _ENTRY_POINTS = (
@@ -29,6 +30,9 @@ _ENTRY_POINTS = (
     pytest_plugin.GradcheckItem.reportinfo,
     # The worker process's main: the parent starts ``python -c "from gradcheck.worker.server import serve; serve()"``.
     server.serve,
+    # click.Command's help hooks: click calls them to write ``--help`` (options by group, the guide page).
+    cli_help.GuideEpilog.format_epilog,
+    cli_help.GuideCommand.format_options,
     # Registered with ``atexit``: Python calls it at exit, to close the idle worker kept for a next run.
     process.close_idle_worker,
     # Read by ``inspect.signature`` (``help()``, editors): ``check``'s settings keywords spelt out.

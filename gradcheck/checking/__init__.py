@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from gradcheck import tracebacks
-from gradcheck.checking import audit, draw_loop, executions, proxied, reaching
+from gradcheck.checking import audit, draw_loop, executions, proxied
 from gradcheck.checking.build import (
     Built,
     NeedsConfig,
@@ -68,10 +68,11 @@ from gradcheck.first_pass import first_pass
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan
 from gradcheck.instrument import Outcome, raised_by_gradcheck
+from gradcheck.kinds import Reached
 from gradcheck.loss import Draw
 from gradcheck.results import Problem, Result, format_shape
 from gradcheck.sampling import subject_rng
-from gradcheck.targets import ReachingTarget, WrapperTarget
+from gradcheck.targets import ReachingTarget
 from gradcheck.targets.proxy import ProxyError, inner_target
 
 __all__ = ["CheckRequest", "ShapeGuess", "check_subject", "guess_shapes", "input_records"]
@@ -171,8 +172,10 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
             "it, as for an argument the caller names"
         )
         return _Retry(findings.dtype, keywords | retry)
-    if request.subject.reaching:
-        request, status = _reached(request, outcomes, findings)
+    subject = request.subject
+    seen = subject.kind.reached(subject, outcomes, table_key(request), request.settings.reference)
+    if seen is not None:
+        request, status = _reached(request, seen, findings)
         if status is not None:
             return status
         if findings.numeric_only:
@@ -186,15 +189,12 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
     return "failed" if findings.problems else "passed"
 
 
-def _reached(
-    request: CheckRequest, outcomes: Mapping[str, Outcome], findings: Findings
-) -> tuple[CheckRequest, str | None]:
+def _reached(request: CheckRequest, seen: Reached, findings: Findings) -> tuple[CheckRequest, str | None]:
     """A subject checked through the custom gradients it reaches: skip it, or say what it reached."""
-    seen = reaching.reached(request.subject, outcomes, table_key(request), request.settings.reference)
     if seen.skip_reason is not None:
         findings.skip_reason = seen.skip_reason
         return request, "skipped"
-    findings.inner = reaching.inner_functions(seen.records)
+    findings.inner = seen.inner_functions
     if seen.note:
         findings.note(seen.note)
     findings.numeric_only = seen.numeric_only
@@ -368,9 +368,7 @@ def _audit(
         plan=prepared.plan,
         variables=tuple(prepared.harness.variables),
         name_variable=prepared.built.name_variable,
-        wrapper=isinstance(inner_target(prepared.built.target), WrapperTarget)
-        or (request.subject.reaching and not findings.inner),
-        reaching=request.subject.reaching,
+        wrapper=not request.subject.kind.records_backward(bool(findings.inner)),
     )
     audits = {execution: audit.audit(audited, outcome) for execution, outcome in outcomes.items()}
     findings.problems.extend(audit.keyword_problems(prepared.plan))
@@ -407,7 +405,7 @@ def check_subject(request: CheckRequest) -> Result:
     return Result(
         id=subject.id,
         name=subject.name,
-        kind=subject.kind,
+        kind=subject.kind.reported,
         status=status,
         dtype=_fed_dtype(findings),
         inputs=input_records(findings.plan, findings.harness),

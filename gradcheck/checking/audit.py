@@ -18,6 +18,7 @@ from gradcheck.checking.diagnose import shape_hint
 from gradcheck.checking.exceptions import exception_problem, message_of, strip_ansi
 from gradcheck.inputs import CallPlan
 from gradcheck.instrument import BackwardRecord, Outcome
+from gradcheck.kinds import SubjectKind
 from gradcheck.results import Problem, format_shape
 
 _VARIABLES_REFUSED = "must accept keyword argument 'variables'"
@@ -46,8 +47,8 @@ class Audited:
 
     name: str
     """The subject's name."""
-    kind: str
-    """``function`` or ``layer``."""
+    kind: SubjectKind
+    """What kind of subject it is: what its backward functions owe, how its variables reach them."""
     path: str | None
     """The user's file, for tracebacks."""
     plan: CallPlan
@@ -55,10 +56,7 @@ class Audited:
     """The variables the forward pass read, by name."""
     name_variable: Callable[[Any], str] = str
     wrapper: bool = False
-    """True for a gradient wrapper, whose backward function gradcheck does not see called."""
-    reaching: bool = False
-    """True for a subject checked through the custom gradients it reaches: each backward function
-    owes gradients for what its own forward function received, as in a layer."""
+    """True where gradcheck does not see the backward function called (a gradient wrapper's)."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,7 @@ def _plural(count: int, word: str) -> str:
 
 def slots_for(subject: Audited, record: BackwardRecord) -> list[Slot]:
     """What this backward function owes gradients for."""
-    if subject.kind != "layer" and not subject.reaching:
+    if not subject.kind.owes_received:
         return [
             Slot(a.name, a.role, a.spec.shape if a.spec else None, a.spec.dtype if a.spec else None, a.value)
             for a in subject.plan.slots
@@ -160,7 +158,7 @@ def variables_refused(subject: Audited, error: BaseException, records: list[Back
     function = records[-1].function if records else subject.name
     listed = ", ".join(dict.fromkeys(names)) or "a variable"
     plural = "variables" if len(set(names)) > 1 else "variable"
-    if subject.kind == "layer":
+    if subject.kind.weights_on_self:
         what = f"{subject.name}.call passes the {plural} {listed} into {function}"
         way_out = f"tf.convert_to_tensor(self.{names[0]})" if names else "tf.convert_to_tensor(weight)"
     else:
@@ -181,7 +179,7 @@ def audit_returned(subject: Audited, record: BackwardRecord) -> Audit:
     slots = slots_for(subject, record)
     returned = record.returned or []
     if len(returned) != len(slots):
-        prefix = f"{record.function}: " if subject.kind == "layer" or subject.reaching else ""
+        prefix = f"{record.function}: " if subject.kind.owes_received else ""
         return Audit([_count_problem(prefix, slots, len(returned))])
     returned_shapes = {s.name: g.shape for s, g in zip(slots, returned)}
     input_shapes = {s.name: s.shape for s in slots if s.role == "input" and s.shape is not None}

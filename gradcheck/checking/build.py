@@ -24,9 +24,9 @@ from gradcheck.first_pass import first_pass
 from gradcheck.harness import Harness
 from gradcheck.inputs import CallPlan, plan_call
 from gradcheck.instrument import Outcome, raised_by_gradcheck
+from gradcheck.kinds import SubjectKind
 from gradcheck.loss import Draw
 from gradcheck.results import Reason
-from gradcheck.targets import FunctionTarget, LayerTarget, Patch, ReachingTarget, WrapperTarget
 
 if TYPE_CHECKING:
     from gradcheck.checking.request import CheckRequest
@@ -81,9 +81,8 @@ class Built:
 def table_key(request: CheckRequest) -> str:
     """``[functions.NAME]`` or ``[layers.NAME]``: where the subject's config lives."""
     subject = request.subject
-    table = "layers" if subject.kind == "layer" else "functions"
     name = subject.name if "." not in subject.name else f'"{subject.name}"'
-    return f"[{table}.{name}]"
+    return f"[{subject.kind.table}.{name}]"
 
 
 def _init_kwargs(request: CheckRequest, dtype: str = "float64") -> dict[str, Any]:
@@ -137,7 +136,7 @@ def _init_hint(request: CheckRequest, cls: type, given: list[str], error: TypeEr
     ]
     wanted = ", ".join(f"{name} = ..." for name in missing) or "..."
     where = table_key(request)
-    if request.subject.kind == "function" and "." in request.subject.name:
+    if request.subject.kind.shares_class_table:
         where += f" (or [classes.{cls.__name__}], shared by every method)"
     already = f"; init gives {', '.join(given)}" if given else ""
     return (
@@ -147,30 +146,35 @@ def _init_hint(request: CheckRequest, cls: type, given: list[str], error: TypeEr
 
 
 def build(request: CheckRequest, dtype: str) -> Built:
-    """The call target and its plan, with float inputs in ``dtype``."""
+    """The call target and its plan, with float inputs in ``dtype``: made as the subject's kind says."""
     subject = request.subject
-    namer = variable_namer(request, None)
-    if subject.kind == "layer":
-        return _build_layer(request, dtype)
-    forward = subject.forward
-    assert forward is not None
-    if subject.binding == "method":
-        assert subject.owner is not None  # discovery gives a method its class
-        instance = _construct(request, subject.owner, _init_kwargs(request, dtype), "method")
-        forward = forward.__get__(instance, subject.owner)
-        namer = variable_namer(request, instance)
-    elif subject.binding == "classmethod":
-        forward = forward.__get__(subject.owner, type(subject.owner))
-    if subject.reaching:
-        target: Any = ReachingTarget(forward, subject.name)
-    elif subject.binding == "wrapper":
-        target = WrapperTarget(subject.obj, forward)
-    else:
-        target = FunctionTarget(forward, subject.name.rsplit(".", 1)[-1])
-    plan = _plan(request, inspect.signature(forward), dtype)
-    if subject.reaching:
-        _refuse_python_values(request, forward, plan)
-    return Built(target, plan, namer)
+    bound = subject.kind.bind(subject, _Constructor(request, dtype))
+    target = subject.kind.target(subject, bound)
+    plan = _plan(request, inspect.signature(bound.planned), dtype)
+    python_valued = subject.kind.python_valued(bound)
+    if python_valued is not None:
+        _refuse_python_values(request, python_valued, plan)
+    return Built(target, plan, variable_namer(request, bound.owner), bound.layer, bound.fresh_layer)
+
+
+class _Constructor:
+    """How a check makes a method's instance or a layer: from the config's ``init``, or a skip saying what to give."""
+
+    def __init__(self, request: CheckRequest, dtype: str) -> None:
+        self.request = request
+        self.dtype = dtype
+
+    def instance(self, cls: type) -> Any:
+        """An instance of a method's class."""
+        return _construct(self.request, cls, _init_kwargs(self.request, self.dtype), "method")
+
+    def layer(self, cls: type) -> Any:
+        """A layer, in the check's dtype where its constructor takes one and ``init`` gives none."""
+        kwargs = _init_kwargs(self.request, self.dtype)
+        initializer = getattr(cls, "__init__")  # noqa: B009 (mypy refuses cls.__init__ on a type)
+        if "dtype" not in kwargs and _accepts_keyword(initializer, "dtype"):
+            kwargs["dtype"] = self.dtype
+        return _construct(self.request, cls, kwargs, "layer")
 
 
 def _refuse_python_values(request: CheckRequest, forward: Callable[..., Any], plan: CallPlan) -> None:
@@ -205,6 +209,12 @@ def constant_placeholder(name: str, found: nesting.PythonParameter) -> str:
 
 
 def _plan(request: CheckRequest, signature: inspect.Signature, dtype: str) -> CallPlan:
+    return declared_plan(request, signature, dtype).with_constants(lambda value: materialize(value, dtype))
+
+
+def declared_plan(request: CheckRequest, signature: inspect.Signature, dtype: str) -> CallPlan:
+    """The call plan the config, the command line and an ``input_signature`` give ``signature``, before probing:
+    the one way a plan is made, for a check (its constants then made) and for ``gradcheck list`` alike."""
     subject = request.subject
     signature_shapes = None
     if subject.input_signature:
@@ -216,42 +226,16 @@ def _plan(request: CheckRequest, signature: inspect.Signature, dtype: str) -> Ca
             if shape is None or spec_dtype is None or shape.rank is None:
                 continue
             signature_shapes[name] = (tuple(shape.as_list()), spec_dtype.name)
-    table = "layers" if subject.kind == "layer" else "functions"
-    plan = plan_call(
+    return plan_call(
         signature,
         request.config,
         request.dims,
         dtype,
         request.config_label,
-        f"{table}.{subject.name}",
+        f"{subject.kind.table}.{subject.name}",
         request.shape_overrides,
         signature_shapes,
     )
-    return plan.with_constants(lambda value: materialize(value, dtype))
-
-
-def _build_layer(request: CheckRequest, dtype: str) -> Built:
-    subject = request.subject
-    if isinstance(subject.obj, type):
-        cls = subject.obj
-        kwargs = _init_kwargs(request, dtype)
-        initializer = getattr(cls, "__init__")  # noqa: B009 (mypy refuses cls.__init__ on a type)
-        if "dtype" not in kwargs and _accepts_keyword(initializer, "dtype"):
-            kwargs["dtype"] = dtype
-        layer = _construct(request, cls, kwargs, "layer")
-        fresh = True
-    else:
-        layer = subject.obj  # the user's own instance: checked as it is, weights restored afterwards
-        fresh = False
-    patches = [
-        Patch(namespace, name, namespace[name], parts.forward)
-        for namespace, name in subject.patches
-        if (parts := _tf.custom_gradient_parts(namespace[name])) is not None
-    ]
-    signature = inspect.signature(layer.call)
-    plan = _plan(request, signature, dtype)
-    target = ReachingTarget(layer, subject.name) if subject.reaching else LayerTarget(layer, patches)
-    return Built(target, plan, variable_namer(request, layer), layer, fresh)
 
 
 def variable_namer(request: CheckRequest, owner: Any) -> Callable[[Any], str]:
@@ -295,7 +279,7 @@ def _accepts_keyword(function: Any, name: str) -> bool:
 
 
 def keyword_convention(
-    plan: CallPlan, kind: str, outcomes: Mapping[str, Outcome], already: frozenset[str]
+    plan: CallPlan, kind: SubjectKind, outcomes: Mapping[str, Outcome], already: frozenset[str]
 ) -> frozenset[str]:
     """Constants with defaults that the backward function treats as named arguments.
 
@@ -304,7 +288,7 @@ def keyword_convention(
     constants (``f(x, axis=1)``), which custom_gradient does not count as
     inputs. Returns their names, to be passed by keyword instead.
     """
-    if already or kind == "layer":
+    if already or not kind.keywords_by_convention:
         return frozenset()
     record = outcomes.get("eager", next(iter(outcomes.values()))).record
     if record.returned is None:
@@ -319,7 +303,7 @@ def keyword_convention(
 
 
 def reference_harness(
-    kind: str, dtype: str, built: Built, plan: CallPlan, harness: Harness, draw: Draw, native: bool
+    kind: SubjectKind, dtype: str, built: Built, plan: CallPlan, harness: Harness, draw: Draw, native: bool
 ) -> tuple[Harness, str | None]:
     """A harness that evaluates the references in float64 where the function allows it, and a note saying so.
 
@@ -328,7 +312,7 @@ def reference_harness(
     With ``native``, its first forward pass also computes native autodiff at
     ``draw`` (:func:`~gradcheck.first_pass.first_pass`).
     """
-    if dtype == "float64" or kind == "layer":
+    if dtype == "float64" or not kind.references_in_float64:
         return harness, None
     wide_plan = plan.with_dtype("float64")
     try:

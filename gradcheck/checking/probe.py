@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,7 +39,7 @@ def probe(request: CheckRequest, plan: CallPlan, built: Built, dtype: str) -> Pr
     """The first guessed inputs the forward pass accepts, or why none did (see :mod:`gradcheck.probing`)."""
     subject = request.subject
     names = plan.unknown
-    search = probing.Search(names, probing.hints_for(_documented(built, subject), names))
+    search = probing.Search(names, probing.hints_for(subject.kind.described_by(subject), names))
 
     def forward(guess: probing.Guess) -> probing.Attempt:
         candidate = plan.with_specs(guess_specs(guess, names, dtype))
@@ -106,13 +106,6 @@ def _no_shapes(request: CheckRequest, search: probing.Search, dtype: str) -> Pro
         skip_reason=f"no shapes configured for {', '.join(names)} and no guessed shapes worked ({tried}){why}; "
         f"add to {request.config_label}: {table_key(request)} inputs = {{ {example} }}",
     )
-
-
-def _documented(built: Built, subject: Any) -> Any:
-    """The function whose signature and docstring describe the probed parameters."""
-    if subject.kind == "layer" and built.layer is not None:
-        return built.layer.call
-    return subject.forward
 
 
 def guess_specs(guess: probing.Guess, names: tuple[str, ...], dtype: str) -> dict[str, TensorSpec]:

@@ -93,7 +93,7 @@ def declaring(request: CheckRequest, built: Built, plan: CallPlan) -> surrogates
             table = f"[functions.{reaches[0]}]" if len(reaches) == 1 else None
     return surrogates.Declaring(
         table=table,
-        kind=request.subject.kind,
+        layer=built.layer is not None,
         second=(second.name, second.value) if second is not None else None,
         positional=len(positional),
         reaches=reaches,

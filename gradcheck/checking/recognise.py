@@ -30,7 +30,7 @@ from gradcheck.sampling import subject_rng
 def recognised_proxy(request: CheckRequest, plan: CallPlan) -> surrogates.ProxyChoice | None:
     """The shipped proxy a function's surrogate gradient stands for, at the shapes of ``plan``; None where
     its gradient is the forward pass's derivative, or fits no shipped proxy, or the passes raise."""
-    if request.subject.kind != "function" or not plan.differentiable:
+    if request.subject.kind.table != "functions" or not plan.differentiable:  # a layer's proxy is its surrogate's
         return None
     dtype = next(a.spec.dtype for a in plan.differentiable if a.spec is not None)
     with check_conditions(request):

@@ -33,8 +33,8 @@ class Declaring:
     """The table the line goes in: the function's own; for a layer, the table of the one surrogate function
     it reaches (its own where it reaches none: its custom gradient is made in its ``call``); None where it
     reaches several."""
-    kind: str = "function"
-    """``function`` or ``layer``."""
+    layer: bool = False
+    """Whether the subject is a layer (its proxy line belongs to the surrogate function it reaches)."""
     second: tuple[str, Any] | None = None
     """The function's second positional argument, where it is a constant: its name and value."""
     positional: int = 1
@@ -200,7 +200,7 @@ def declare(line: str | None, declaring: Declaring | None) -> str:
     without ``declaring`` (no table to name), ``reference = "none"`` alone."""
     if declaring is None:
         return 'If intended, set reference = "none"'
-    shared = ", which every layer reaching it uses" if declaring.kind == "layer" and declaring.reaches else ""
+    shared = ", which every layer reaching it uses" if declaring.layer and declaring.reaches else ""
     if line is not None:
         return f"If intended, declare what it stands for{shared}: {line}; {LAST_RESORT}"
     where = declaring.table

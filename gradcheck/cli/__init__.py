@@ -23,6 +23,7 @@ from typing import Any
 
 import click
 
+from gradcheck.cli.help import GuideCommand, GuideEpilog, grouped, guide_epilog
 from gradcheck.cli.options import (
     COLORS,
     ORDER_KEY,
@@ -41,7 +42,7 @@ from gradcheck.errors import ConfigError, UsageError
 from gradcheck.report_files import check_writable, write_atomically
 from gradcheck.reporting.safe_text import shown
 from gradcheck.results import VERSION, ExitCode
-from gradcheck.settings import BY_NAME
+from gradcheck.settings import BY_NAME, CI, REPORTS
 
 
 def guarded(command: Callable[..., int]) -> Callable[..., None]:
@@ -83,7 +84,7 @@ def guarded(command: Callable[..., int]) -> Callable[..., None]:
     return wrapper
 
 
-class _OneLineErrors(click.Group):
+class _OneLineErrors(GuideEpilog, click.Group):
     """A group whose bad options and arguments are one line on stderr, as every other usage error.
 
     Click's own format (the usage, a hint, a blank line, ``Error: ...``) takes
@@ -122,7 +123,9 @@ class _OneLineErrors(click.Group):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]}, epilog=guide_epilog("gradcheck")
+)
 @click.version_option(VERSION, "--version", prog_name="gradcheck")
 def main() -> None:
     """Check the gradients written by hand with @tf.custom_gradient."""
@@ -131,15 +134,21 @@ def main() -> None:
 # click.Path (not checked for existence: a TARGET may be a module name or carry ::NAME)
 
 
-@main.command(cls=ReportPairsCommand)
+@main.command(cls=ReportPairsCommand, epilog=guide_epilog("run"))
 @target_argument
 @common_options
 @setting_options
-@click.option("--shard", metavar="K/N", help="Check only shard K of N (split by a stable hash of the function id).")
+@click.option(
+    "--shard",
+    metavar="K/N",
+    help="Check only shard K of N (split by a stable hash of the function id).",
+    **grouped(CI),
+)
 @click.option(
     "--changed-since",
     metavar="REF",
     help="Check only functions whose module, or a project module it imports, changed since git REF.",
+    **grouped(CI),
 )
 @click.option(
     "--color",
@@ -147,8 +156,9 @@ def main() -> None:
     default="auto",
     show_default=True,
     help="Colour in the terminal; auto honours NO_COLOR.",
+    **grouped(REPORTS),
 )
-@click.option("-q", "--quiet", count=True, help="Only failures and the summary line.")
+@click.option("-q", "--quiet", count=True, help="Only failures and the summary line.", **grouped(REPORTS))
 @guarded
 def run(
     selection: Selection,
@@ -263,7 +273,7 @@ def _run_with_progress(options: Any, color: str, verbose: bool) -> Any:
         return worker.run(options, on_import=bar.on_import, on_start=bar.on_start, on_result=bar.on_result, **bounds)
 
 
-@main.command("list")
+@main.command("list", cls=GuideCommand, epilog=guide_epilog("list"))
 @target_argument
 @common_options
 @setting_option(BY_NAME["exclude"])
@@ -298,7 +308,7 @@ def _echo_module_failures(results: Any) -> None:
         click.echo(f"gradcheck: error: {shown(problem.message)}; {shown(problem.hint or '')}", err=True)
 
 
-@main.command()
+@main.command(cls=GuideCommand, epilog=guide_epilog("init"))
 @target_argument
 @click.option(
     "-o",

@@ -11,9 +11,13 @@ from typing import Any, cast
 
 import click
 
+from gradcheck.cli.help import GuideCommand, grouped
 from gradcheck.errors import UsageError
 from gradcheck.settings import (
     BY_NAME,
+    CHECKING,
+    REPORTS,
+    SELECTION,
     TABLE,
     Choice,
     FilePath,
@@ -90,11 +94,37 @@ def common_options(command: Callable[..., Any]) -> Callable[..., Any]:
         return command(selection=Selection(targets, config, shapes, dims, keyword), **kwargs)
 
     options = [
-        click.option("-c", "--config", type=click.Path(dir_okay=False, path_type=Path), help="Config file."),
-        click.option("--shape", "shapes", multiple=True, metavar="NAME=DIMS", help="Shape of an input, e.g. A=32,16."),
-        click.option("--dim", "dims", multiple=True, metavar="NAME=INT", help="Value of a named dimension."),
-        click.option("-k", "keyword", metavar="EXPR", help="Only functions and layers whose id contains EXPR."),
-        click.option("-v", "--verbose", count=True, help="More detail; tracebacks for errors."),
+        click.option(
+            "-c",
+            "--config",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Config file (default: the nearest gradcheck.toml, or pyproject.toml with [tool.gradcheck]).",
+            **grouped(SELECTION),
+        ),
+        click.option(
+            "-k",
+            "keyword",
+            metavar="EXPR",
+            help="Only functions and layers whose id contains EXPR.",
+            **grouped(SELECTION),
+        ),
+        click.option(
+            "--shape",
+            "shapes",
+            multiple=True,
+            metavar="NAME=DIMS",
+            help="Shape of an input, e.g. A=32,16 or A=N,16 (repeatable).",
+            **grouped(CHECKING),
+        ),
+        click.option(
+            "--dim",
+            "dims",
+            multiple=True,
+            metavar="NAME=INT",
+            help="Value of a named dimension (repeatable).",
+            **grouped(CHECKING),
+        ),
+        click.option("-v", "--verbose", count=True, help="More detail; tracebacks for errors.", **grouped(REPORTS)),
     ]
     wrapped: Callable[..., Any] = with_selection
     for option in reversed(options):
@@ -152,6 +182,7 @@ def setting_option(setting: Setting) -> Callable[[Callable[..., Any]], Callable[
     names = [name for name in (setting.short, setting.long_flag) if name is not None]
     kind = setting.kind
     declared: dict[str, Any] = {"help": setting.help, "metavar": setting.metavar, "multiple": setting.multiple}
+    declared.update(grouped(setting.group))
     if isinstance(kind, Flag):
         declared.update(is_flag=True, default=None)
     elif isinstance(kind, Choice):
@@ -182,7 +213,7 @@ COLORS = ("auto", "always", "never")
 _PAIRED = {"format": "format_", "output": "output"}
 
 
-class ReportPairsCommand(click.Command):
+class ReportPairsCommand(GuideCommand):
     """A command that remembers in which order ``--format`` and ``-o`` were written.
 
     Click hands each repeated option over as one tuple, which loses how the

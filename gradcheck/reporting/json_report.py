@@ -1,4 +1,4 @@
-"""The JSON report, exactly as the README documents it."""
+"""The JSON report, exactly as the guide documents it (docs/ci.md, "The JSON report")."""
 
 from __future__ import annotations
 

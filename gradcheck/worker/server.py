@@ -188,7 +188,7 @@ def _plan_and_check(job: Job, commands: Connection, replies: _Replies) -> None:
                 PlannedFunction(
                     id=r.subject.id,
                     name=r.subject.name,
-                    kind=r.subject.kind,
+                    kind=r.subject.kind.reported,
                     path=r.subject.path,
                     line=r.subject.line,
                     timeout=r.settings.timeout,
