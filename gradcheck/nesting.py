@@ -133,7 +133,7 @@ class Reachability:
         names = code_names(code)
         found = any(self._makes(value, depth, seen) for value in _values_seen(func, names))
         if not found and cls is not None:
-            members = (_class_member(cls, name) for name in names)
+            members = (class_member(cls, name) for name in names)
             found = any(self._member_makes(member, cls, depth, seen) for member in members if member is not None)
         self._memo[id(code)] = found
         return found
@@ -155,7 +155,7 @@ class Reachability:
         return self._visit(plain_function(member), cls, depth + 1, seen)
 
 
-def _class_member(cls: type, name: str) -> Any:
+def class_member(cls: type, name: str) -> Any:
     """A member of ``cls`` or of one of its user-defined bases (not Keras's own), as stored."""
     for klass in cls.__mro__:
         if klass is object or _tf.is_tf_own(klass):

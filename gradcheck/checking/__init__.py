@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from gradcheck import tracebacks
-from gradcheck.checking import audit, draw_loop, executions
+from gradcheck.checking import audit, draw_loop, executions, proxied
 from gradcheck.checking.build import (
     Built,
     NeedsConfig,
@@ -59,7 +59,7 @@ from gradcheck.checking.draws import (
     redraw_layer_weights,
     seeded_upstreams,
 )
-from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
+from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem, first_line
 from gradcheck.checking.findings import Findings, Prepared
 from gradcheck.checking.probe import ShapeGuess, guess_shapes, probe
 from gradcheck.checking.request import CheckRequest
@@ -73,6 +73,7 @@ from gradcheck.loss import Draw
 from gradcheck.results import Problem, Result, format_shape
 from gradcheck.sampling import subject_rng
 from gradcheck.targets import ReachingTarget
+from gradcheck.targets.proxy import ProxyError, inner_target
 
 __all__ = ["CheckRequest", "ShapeGuess", "check_subject", "guess_shapes", "input_records"]
 
@@ -210,7 +211,7 @@ def _as_written(prepared: Prepared, draw: Draw, executions: tuple[str, ...]) -> 
     ``gradient_override_map`` inside one, so a registered gradient would go
     unchecked (and the default one be checked in its place).
     """
-    target = prepared.built.target
+    target = inner_target(prepared.built.target)
     if isinstance(target, ReachingTarget):
         target.as_written = True
     prepared.harness.forget_traces()
@@ -226,6 +227,7 @@ def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         return plan
     findings.plan = plan
     findings.harness = None
+    built = proxied.with_proxies(built, request)
     settings = request.settings
     try:
         # Frozen before the first forward pass, so that its tensors serve the later passes too.
@@ -239,6 +241,8 @@ def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]
     except Exception as error:  # the forward pass raised
         if raised_by_gradcheck(error) or isinstance(error, InputTooLarge):
             raise
+        if isinstance(error, ProxyError):
+            raise UserCodeError(first_line(error)) from error
         if dtype == "float64" and dtype_clash(error):
             return _float32(request, findings, error)
         findings.problems.append(exception_problem("forward pass raised", error, _path(request)))
@@ -259,6 +263,8 @@ def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         findings.skip_reason = empty
         return "skipped"
     findings.note(*draw_loop.complex_notes(harness.output_labels))
+    if (note := proxied.proxy_note(built.target)) is not None:
+        findings.note(note)
     return Prepared(built, plan, harness, draws, None if redrawn else outputs)
 
 

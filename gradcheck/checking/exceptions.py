@@ -37,6 +37,12 @@ def _message_lines(error: BaseException) -> list[str]:
     ]
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of what ``error`` says, without the paragraph Keras wraps around errors in ``call()``."""
+    lines = _message_lines(error)
+    return lines[0] if lines else type(error).__name__
+
+
 def describe_exception(error: BaseException, path: str | None) -> str:
     """``file:line in func: Type: first line of the message``, pointing at the user's frame."""
     frame = tracebacks.user_frame(error, path) if path is not None else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gradcheck.checking import diagnose, draw_loop, executions
+from gradcheck.checking import diagnose, draw_loop, executions, proxied
 from gradcheck.checking.build import reference_harness, table_key
 from gradcheck.checking.evidence import Judging
 from gradcheck.checking.exceptions import describe_exception
@@ -74,6 +74,7 @@ def compare_values(
         draw,
         subject_name=request.subject.name,
         numeric_only_table=table_key(request) if findings.numeric_only else None,
+        declaring=proxied.declaring(request, prepared.built, prepared.plan),
     )
     describe = lambda error: describe_exception(error, request.subject.path)  # noqa: E731
     judgement = draw_loop.value_checks(judging, prepared.harness, wide, prepared.draws, working[0], skip, describe)
