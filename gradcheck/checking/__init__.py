@@ -185,7 +185,7 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
     if any(p.check == "exception" for p in findings.problems):
         return "error"
     if values_comparable(request, prepared, findings):
-        compare_values(request, prepared, outcomes, audited.not_tensors, findings)
+        compare_values(request, prepared, outcomes, audited, findings)
     return "failed" if findings.problems else "passed"
 
 
@@ -373,7 +373,8 @@ def _audit(
     audits = {execution: audit.audit(audited, outcome) for execution, outcome in outcomes.items()}
     findings.problems.extend(audit.keyword_problems(prepared.plan))
     findings.problems.extend(executions.merge_audits(prepared.plan, {e: a.problems for e, a in audits.items()}))
-    return audit.Audit([], frozenset().union(*(a.not_tensors for a in audits.values())))
+    misshapen = {name: shape for a in audits.values() for name, shape in a.misshapen.items()}
+    return audit.Audit([], frozenset().union(*(a.not_tensors for a in audits.values())), misshapen)
 
 
 def _fed_dtype(findings: Findings) -> str:

@@ -39,6 +39,7 @@ from gradcheck.finite_differences import (
 )
 from gradcheck.harness import Source
 from gradcheck.instrument import Outcome
+from gradcheck.results import format_shape
 from gradcheck.sampling import subject_rng, symmetrize
 
 #: Beyond this many Jacobian entries (input elements x output elements), full mode checks
@@ -164,6 +165,13 @@ def native_evidence(judged: Judged, native: Outcome | None, tol: Tolerance) -> N
     source = judged.source
     raw = native.grads.get(source.name) if native.grads else None
     gradient = np.zeros(source.shape) if raw is None else raw
+    if np.shape(gradient) != source.shape:
+        note = (
+            f"native autodiff gives the {judged.what} in shape {format_shape(np.shape(gradient))}, not "
+            f"{format_shape(source.shape)} (the gradient TensorFlow has for an op of the forward pass, such as "
+            "tf.py_function, does not fit it); finite differences judge it"
+        )
+        return NativeEvidence(Evidence.UNAVAILABLE, notes=(note,))
     if source.symmetric:
         gradient = symmetrize(gradient)
     finite = np.isfinite(gradient)
@@ -417,4 +425,4 @@ def custom_gradient(source: Source, custom: Outcome, order: int) -> tuple[np.nda
             else f"the gradient of {name} does not depend on the inputs through TF ops (None): compared as zeros"
         )
         raw = np.zeros(source.shape)
-    return (symmetrize(raw) if source.symmetric else raw), notes
+    return (symmetrize(raw) if source.symmetric and raw.shape == source.shape else raw), notes

@@ -92,7 +92,7 @@ def first_look(
     directions: list[dict[str, np.ndarray]] = [{} for _ in range(count)]
     for source in sources:
         got, _ = custom_gradient(source, custom, 1)
-        if not np.all(np.isfinite(got)):
+        if got.shape != source.shape or not np.all(np.isfinite(got)):
             return FirstLook(natives, agrees=False)
         judged = Judged(source, draw, values, got, losses, custom.execution, 1)
         tol_native = tolerance(tolerance_dtype, "native", settings.rtol, settings.atol)

@@ -1,0 +1,156 @@
+"""Forms real custom gradients take outside the textbook, right and wrong, in every mode, with and without a config.
+
+The fixture module is tests/fixtures/wild/wild_ops.py:
+
+- a backward function returning a gradient of the wrong shape (module-level, nested, in a layer, to the
+  second order), and TensorFlow's refusal of one inside ``tf.function``;
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tensorflow as tf
+
+from gradcheck.checking import audit, executions
+from gradcheck.inputs import Argument, CallPlan, TensorSpec
+from gradcheck.instrument import Outcome
+from gradcheck.kinds import kind_named
+from tests.helpers import FIXTURES, copy_fixture, reports_by_mode
+
+Blame = set[tuple[str, str | None, str | None]]
+
+#: name -> (status, {(check, input, execution)}) in fast and full mode, with the config.
+VERDICTS: dict[str, tuple[str, Blame]] = {
+    "squared_counts": ("passed", set()),
+    "squared_counts_flat": ("failed", {("shape", "x", None)}),
+    "em_step": ("passed", set()),
+    "em_step_flat": ("failed", {("shape", "counts.t", None)}),
+    "EMCounts": ("passed", set()),
+    "EMCountsFlat": ("failed", {("shape", "counts.t", None)}),
+    "cube": ("passed", set()),
+    "cube_flat_second_order": ("failed", {("shape", "x", "eager")}),  # second order runs eagerly
+    "py_sine": ("passed", set()),
+}
+
+#: With no config, the second order is not checked.
+NO_CONFIG: dict[str, tuple[str, Blame]] = {
+    **VERDICTS,
+    "cube_flat_second_order": ("passed", set()),
+}
+
+VALUE_CHECKS = ("native", "numeric")
+
+
+def _shape_only(verdicts: dict[str, tuple[str, Blame]]) -> dict[str, tuple[str, Blame]]:
+    """The verdicts with no values compared (nor the second order)."""
+    kept = {
+        name: {b for b in blame if b[0] not in VALUE_CHECKS and name != "cube_flat_second_order"}
+        for name, (_, blame) in verdicts.items()
+    }
+    return {name: ("failed" if blame else "passed", blame) for name, blame in kept.items()}
+
+
+EXPECTED = {
+    "config": {"fast": VERDICTS, "full": VERDICTS, "shape-only": _shape_only(VERDICTS)},
+    "no config": {"fast": NO_CONFIG, "full": NO_CONFIG, "shape-only": _shape_only(NO_CONFIG)},
+}
+
+
+@pytest.fixture(scope="module")
+def wild(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_fixture("wild", tmp_path_factory.mktemp("wild"))
+
+
+@pytest.fixture(scope="module")
+def unconfigured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fixture module alone, under an empty config: every shape is probed."""
+    folder = tmp_path_factory.mktemp("wild-no-config")
+    shutil.copy(FIXTURES / "wild" / "wild_ops.py", folder)
+    (folder / "gradcheck.toml").write_text("", encoding="utf-8")
+    return folder / "wild_ops.py"
+
+
+@pytest.fixture(scope="module")
+def reports(wild: Path, unconfigured: Path) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+    return {
+        "config": reports_by_mode(str(wild / "wild_ops.py"), "-c", str(wild / "gradcheck.toml")),
+        "no config": reports_by_mode(str(unconfigured)),
+    }
+
+
+def _with_execution(result: dict[str, Any]) -> Blame:
+    return {(p["check"], p["input"], p["execution"]) for p in result["problems"]}
+
+
+@pytest.mark.parametrize("config", sorted(EXPECTED))
+@pytest.mark.parametrize("mode", ["fast", "full", "shape-only"])
+def test_verdicts_in_every_mode(reports: dict[str, Any], config: str, mode: str) -> None:
+    found = reports[config][mode]
+    assert set(found) == set(VERDICTS)
+    for name, (status, blame) in EXPECTED[config][mode].items():
+        assert (found[name]["status"], _with_execution(found[name])) == (status, blame), (name, found[name])
+
+
+@pytest.mark.parametrize("config", sorted(EXPECTED))
+def test_a_misshapen_gradient_that_reaches_the_input_is_not_compared(reports: dict[str, Any], config: str) -> None:
+    for mode in ("fast", "full"):
+        layer = reports[config][mode]["EMCountsFlat"]
+        assert "values of x not compared: its gradient arrives with shape (12,)" in " ".join(layer["notes"])
+        [problem] = layer["problems"]
+        assert (problem["expected"], problem["got"]) == ("(3, 4)", "(12,)")
+
+
+def test_a_misshapen_second_order_gradient_is_a_shape_problem_of_order_2(reports: dict[str, Any]) -> None:
+    for mode in ("fast", "full"):
+        [problem] = reports["config"][mode]["cube_flat_second_order"]["problems"]
+        assert problem["order"] == 2 and (problem["expected"], problem["got"]) == ("(3, 4)", "(12,)")
+
+
+@pytest.mark.parametrize("config", sorted(EXPECTED))
+def test_a_native_gradient_of_another_shape_is_set_aside(reports: dict[str, Any], config: str) -> None:
+    for mode in ("fast", "full"):
+        notes = " ".join(reports[config][mode]["py_sine"].get("notes", []))
+        assert "native autodiff gives the gradient of x in shape ()" in notes
+
+
+# -- what TensorFlow says inside tf.function ----------------------------------------------------
+
+
+@tf.RegisterGradient("WildFlattenedGradient")
+def _flattened(op: Any, dy: Any) -> Any:
+    return tf.reshape(dy, [-1])
+
+
+def _refused_inside_tf_function() -> BaseException:
+    """The error TensorFlow raises where a gradient of the wrong shape meets a tf.function's gradient."""
+
+    @tf.function
+    def identity(x: Any) -> Any:
+        with tf.compat.v1.get_default_graph().gradient_override_map({"Identity": "WildFlattenedGradient"}):
+            return tf.identity(x) * 2.0
+
+    x = tf.ones((3, 4), tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        try:
+            tape.gradient(identity(x), x)
+        except ValueError as error:
+            return error
+    raise AssertionError("TensorFlow accepted the gradient")
+
+
+def test_tensorflows_refusal_inside_tf_function_is_a_shape_problem_of_that_execution() -> None:
+    plan = CallPlan((Argument("x", "input", TensorSpec((3, 4), "float64")),))
+    subject = audit.Audited(name="op", kind=kind_named("wrapper"), path=None, plan=plan, wrapper=True)
+    refused = audit.audit(subject, Outcome("function", [], error=_refused_inside_tf_function()))
+    [problem] = refused.problems
+    assert (problem.check, problem.input, problem.expected, problem.got) == ("shape", None, "(3, 4)", "(12,)")
+    assert "of the op" in problem.message and "Incompatible shapes" in problem.message
+    eager = audit.audit(subject, Outcome("eager", [], grads={"x": tf.zeros(12, tf.float64).numpy()}))
+    assert [(p.check, p.input) for p in eager.problems] == [("shape", "x")] and eager.misshapen == {"x": (12,)}
+    merged = executions.merge_audits(plan, {"eager": eager.problems, "function": refused.problems})
+    assert {(p.check, p.input, p.execution) for p in merged} == {("shape", "x", "eager"), ("shape", None, "function")}
