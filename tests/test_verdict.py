@@ -113,6 +113,23 @@ def test_native_not_differentiable_here_is_set_aside() -> None:
     assert settled.verdict is U and "not differentiable by TensorFlow" in notes[0]
 
 
+def test_full_mode_sets_native_aside_only_where_it_misses_the_finite_differences() -> None:
+    tol = tolerance("float64", "numeric")
+    whole = evidence.NumericEvidence(A, gradient=GOT.copy(), error=np.full(3, 1e-9))
+    # No native path (a forward pass in numpy): native autodiff's zeros are no derivative of it.
+    set_aside, notes = refine.native_off_the_derivative(judged(0), native(np.zeros(3)), whole, tol)
+    assert set_aside.verdict is U and "not differentiable by TensorFlow" in notes[0]
+    # Native autodiff within the finite differences' reach of them stays evidence (it may still disagree).
+    close = GOT + np.array([0.0, 0.0, 1e-5])
+    kept, notes = refine.native_off_the_derivative(judged(0), native(close), whole, tol)
+    assert kept.verdict is D and notes == ()
+    # Where some finite difference cannot tell (its error bound agrees with anything: a chaotic forward
+    # pass), the custom gradient's agreement proves nothing, and native autodiff is not set aside.
+    vague = evidence.NumericEvidence(A, gradient=GOT.copy(), error=np.array([1e-9, 1e-9, 100.0]))
+    kept, _ = refine.native_off_the_derivative(judged(0), native(np.zeros(3)), vague, tol)
+    assert kept.verdict is D
+
+
 def test_a_native_gradient_of_another_shape_is_no_evidence() -> None:
     from gradcheck.instrument import Outcome
 

@@ -4,6 +4,7 @@ The fixture module is tests/fixtures/wild/wild_ops.py:
 
 - a backward function returning a gradient of the wrong shape (module-level, nested, in a layer, to the
   second order), and TensorFlow's refusal of one inside ``tf.function``;
+- forward passes computed outside TensorFlow's ops.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ VERDICTS: dict[str, tuple[str, Blame]] = {
     "EMCountsFlat": ("failed", {("shape", "counts.t", None)}),
     "cube": ("passed", set()),
     "cube_flat_second_order": ("failed", {("shape", "x", "eager")}),  # second order runs eagerly
+    "np_sort": ("passed", set()),
+    "np_sort_wrong": ("failed", {("native", "x", None), ("numeric", "x", None)}),
     "py_sine": ("passed", set()),
 }
 
@@ -115,6 +118,13 @@ def test_a_native_gradient_of_another_shape_is_set_aside(reports: dict[str, Any]
     for mode in ("fast", "full"):
         notes = " ".join(reports[config][mode]["py_sine"].get("notes", []))
         assert "native autodiff gives the gradient of x in shape ()" in notes
+
+
+@pytest.mark.parametrize("config", sorted(EXPECTED))
+def test_full_mode_sets_aside_native_autodiff_where_it_has_no_path(reports: dict[str, Any], config: str) -> None:
+    notes = " ".join(reports[config]["full"]["np_sort"]["notes"])
+    assert "native autodiff of x disagrees with finite differences" in notes
+    assert "tf.numpy_function" in notes
 
 
 # -- what TensorFlow says inside tf.function ----------------------------------------------------

@@ -242,13 +242,19 @@ def judge_full(
     result = compare_elementwise(got, gradient, tol, expected_error=error)
     if result.ok:
         return result, True
-    # An element's finite difference is trusted when its own error is small
-    # next to the values being compared (either side), as for projections.
+    strict = compare_elementwise(got, gradient, tol, expected_error=error, mask=reliable(got, gradient, error, tol))
+    return result, (None if strict.ok else False)
+
+
+def reliable(got: np.ndarray, gradient: np.ndarray, error: np.ndarray, tol: Tolerance) -> np.ndarray:
+    """The elements whose finite difference (``gradient``, ``error``) can judge ``got``.
+
+    An element's finite difference is trusted when its own error is small
+    next to the values being compared (either side), as for projections.
+    """
     size = np.maximum(np.abs(gradient), np.abs(got))
     magnitude = float(np.max(size, initial=0.0))
-    reliable = error <= UNRELIABLE * (size + NOISE_FLOOR * magnitude + tol.atol)
-    strict = compare_elementwise(got, gradient, tol, expected_error=error, mask=reliable)
-    return result, (None if strict.ok else False)
+    return np.asarray(error <= UNRELIABLE * (size + NOISE_FLOOR * magnitude + tol.atol))
 
 
 #: The quick stage accepts a projection only when its whole error budget fits in this fraction of the
