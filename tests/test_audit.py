@@ -76,7 +76,7 @@ def test_keyword_tensors_are_problems() -> None:
 def test_merge_keeps_common_problems_once_and_tags_the_others() -> None:
     [common] = audit.audit_returned(SUBJECT, record(tensor((4, 3)), tensor((3,)))).problems
     [shape] = audit.audit_returned(SUBJECT, record(tensor((4, 3)), tensor((4, 3)), NONE)).problems
-    merged = executions.merge_audits(PLAN, {"eager": [common, shape], "function": [common]})
+    merged = executions.merge_audits(PLAN, {"eager": [common, shape], "function": [common]}, "[functions.op]")
     assert [(p.check, p.execution) for p in merged] == [("count", None), ("shape", "eager")]
 
 
@@ -85,7 +85,7 @@ def test_a_raise_in_one_mode_only_is_an_execution_problem_with_its_cause() -> No
     from gradcheck.results import Problem
 
     raised = Problem("exception", None, "backward function raised: TypeError: bad")
-    [problem] = executions.merge_audits(plan, {"eager": [], "function": [raised]})
+    [problem] = executions.merge_audits(plan, {"eager": [], "function": [raised]}, "[functions.op]")
     assert problem.check == "execution" and problem.execution == "function"
     assert "n=2 (becomes an int32 tensor)" in (problem.hint or "")
 
@@ -130,3 +130,27 @@ def test_tensorflows_refusal_of_a_gradients_shape_is_a_shape_problem() -> None:
     # Where the backward function's record shows the shape, its audit is the problem.
     recorded = audit.audit(SUBJECT, Outcome("function", [record(tensor((12,)), tensor((3,)), NONE)], error=refusal))
     assert [(p.check, p.input) for p in recorded.problems] == [("shape", "x")]
+
+
+def test_eager_only_code_is_recognised_and_told_the_config_line() -> None:
+    from gradcheck.checking.exceptions import exception_problem, needs_eager
+
+    def asserts_eager() -> None:
+        assert tf_executing_eagerly()
+
+    def tf_executing_eagerly() -> bool:
+        return False
+
+    try:
+        asserts_eager()
+    except AssertionError as error:
+        assert needs_eager(error)
+    assert needs_eager(AttributeError("'SymbolicTensor' object has no attribute 'numpy'"))
+    assert not needs_eager(AttributeError("'Tensor' object has no attribute 'nump'"))
+    raised = exception_problem(
+        "forward pass raised", AttributeError("'SymbolicTensor' object has no attribute 'numpy'"), None
+    )
+    assert raised.reason == "eager-only"
+    [problem] = executions.merge_audits(PLAN, {"eager": [], "function": [raised]}, "gradcheck.toml: [functions.op]")
+    assert problem.check == "execution"
+    assert (problem.hint or "").endswith('add to gradcheck.toml: [functions.op] execution = "eager"')

@@ -4,6 +4,7 @@ The fixture module is tests/fixtures/wild/wild_ops.py:
 
 - a backward function returning a gradient of the wrong shape (module-level, nested, in a layer, to the
   second order), and TensorFlow's refusal of one inside ``tf.function``;
+- eager-only code;
 - forward passes computed outside TensorFlow's ops.
 """
 
@@ -34,15 +35,25 @@ VERDICTS: dict[str, tuple[str, Blame]] = {
     "EMCountsFlat": ("failed", {("shape", "counts.t", None)}),
     "cube": ("passed", set()),
     "cube_flat_second_order": ("failed", {("shape", "x", "eager")}),  # second order runs eagerly
+    "rank_weighted": ("passed", set()),
+    "rank_weighted_wrong": ("failed", {("native", "x", "eager"), ("numeric", "x", "eager")}),
+    "RankScale": ("passed", set()),
     "np_sort": ("passed", set()),
     "np_sort_wrong": ("failed", {("native", "x", None), ("numeric", "x", None)}),
     "py_sine": ("passed", set()),
 }
 
-#: With no config, the second order is not checked.
+#: With no config, eager-only code also fails its tf.function leg (checked eagerly only in the config), and
+#: the second order is not checked.
 NO_CONFIG: dict[str, tuple[str, Blame]] = {
     **VERDICTS,
     "cube_flat_second_order": ("passed", set()),
+    "rank_weighted": ("failed", {("execution", None, "function")}),
+    "RankScale": ("failed", {("execution", None, "function")}),
+    "rank_weighted_wrong": (
+        "failed",
+        {("execution", None, "function"), ("native", "x", "eager"), ("numeric", "x", "eager")},
+    ),
 }
 
 VALUE_CHECKS = ("native", "numeric")
@@ -107,6 +118,19 @@ def test_a_misshapen_gradient_that_reaches_the_input_is_not_compared(reports: di
         assert (problem["expected"], problem["got"]) == ("(3, 4)", "(12,)")
 
 
+def test_eager_only_code_is_told_the_config_line(reports: dict[str, Any]) -> None:
+    for mode in ("fast", "full", "shape-only"):
+        for table, raised in (
+            ("functions.rank_weighted", "AssertionError"),
+            ("functions.rank_weighted_wrong", "AttributeError"),
+            ("layers.RankScale", "AttributeError"),
+        ):
+            name = table.split(".")[1]
+            [problem] = [p for p in reports["no config"][mode][name]["problems"] if p["check"] == "execution"]
+            assert raised in problem["message"]
+            assert f'add to gradcheck.toml: [{table}] execution = "eager"' in problem["hint"]
+
+
 def test_a_misshapen_second_order_gradient_is_a_shape_problem_of_order_2(reports: dict[str, Any]) -> None:
     for mode in ("fast", "full"):
         [problem] = reports["config"][mode]["cube_flat_second_order"]["problems"]
@@ -162,5 +186,5 @@ def test_tensorflows_refusal_inside_tf_function_is_a_shape_problem_of_that_execu
     assert "of the op" in problem.message and "Incompatible shapes" in problem.message
     eager = audit.audit(subject, Outcome("eager", [], grads={"x": tf.zeros(12, tf.float64).numpy()}))
     assert [(p.check, p.input) for p in eager.problems] == [("shape", "x")] and eager.misshapen == {"x": (12,)}
-    merged = executions.merge_audits(plan, {"eager": eager.problems, "function": refused.problems})
+    merged = executions.merge_audits(plan, {"eager": eager.problems, "function": refused.problems}, "[functions.op]")
     assert {(p.check, p.input, p.execution) for p in merged} == {("shape", "x", "eager"), ("shape", None, "function")}

@@ -372,7 +372,8 @@ def _audit(
     )
     audits = {execution: audit.audit(audited, outcome) for execution, outcome in outcomes.items()}
     findings.problems.extend(audit.keyword_problems(prepared.plan))
-    findings.problems.extend(executions.merge_audits(prepared.plan, {e: a.problems for e, a in audits.items()}))
+    table = f"{request.config_label}: {table_key(request)}"
+    findings.problems.extend(executions.merge_audits(prepared.plan, {e: a.problems for e, a in audits.items()}, table))
     misshapen = {name: shape for a in audits.values() for name, shape in a.misshapen.items()}
     return audit.Audit([], frozenset().union(*(a.not_tensors for a in audits.values())), misshapen)
 
