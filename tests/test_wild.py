@@ -5,6 +5,7 @@ The fixture module is tests/fixtures/wild/wild_ops.py:
 - a backward function returning a gradient of the wrong shape (module-level, nested, in a layer, to the
   second order), and TensorFlow's refusal of one inside ``tf.function``;
 - eager-only code;
+- Keras 3 code written for float32, whose backward function raises on float64;
 - forward passes computed outside TensorFlow's ops.
 """
 
@@ -21,7 +22,7 @@ from gradcheck.checking import audit, executions
 from gradcheck.inputs import Argument, CallPlan, TensorSpec
 from gradcheck.instrument import Outcome
 from gradcheck.kinds import kind_named
-from tests.helpers import FIXTURES, copy_fixture, reports_by_mode
+from tests.helpers import FIXTURES, copy_fixture, reports_by_mode, run_json
 
 Blame = set[tuple[str, str | None, str | None]]
 
@@ -38,6 +39,8 @@ VERDICTS: dict[str, tuple[str, Blame]] = {
     "rank_weighted": ("passed", set()),
     "rank_weighted_wrong": ("failed", {("native", "x", "eager"), ("numeric", "x", "eager")}),
     "RankScale": ("passed", set()),
+    "pow2": ("passed", set()),
+    "pow2_wrong": ("failed", {("native", "x", None), ("numeric", "x", None)}),
     "np_sort": ("passed", set()),
     "np_sort_wrong": ("failed", {("native", "x", None), ("numeric", "x", None)}),
     "py_sine": ("passed", set()),
@@ -135,6 +138,27 @@ def test_a_misshapen_second_order_gradient_is_a_shape_problem_of_order_2(reports
     for mode in ("fast", "full"):
         [problem] = reports["config"][mode]["cube_flat_second_order"]["problems"]
         assert problem["order"] == 2 and (problem["expected"], problem["got"]) == ("(3, 4)", "(12,)")
+
+
+@pytest.mark.parametrize("config", sorted(EXPECTED))
+def test_float32_code_whose_backward_raises_on_float64_runs_in_float32(reports: dict[str, Any], config: str) -> None:
+    for mode in ("fast", "full", "shape-only"):
+        for name in ("pow2", "pow2_wrong"):
+            result = reports[config][mode][name]
+            assert result["dtype"] == "float32"
+            assert any(
+                n.startswith("ran in float32: with float64 inputs the backward function raised")
+                for n in result["notes"]
+            )
+
+
+def test_float32_code_checked_in_float64_on_purpose_is_an_error_that_names_the_dtype(wild: Path) -> None:
+    document = run_json(str(wild / "wild_ops.py::pow2"), "-c", str(wild / "gradcheck.toml"), "--dtype", "float64")
+    [result] = document["results"]
+    assert result["status"] == "error" and document["exit_code"] == 1
+    [problem] = result["problems"]
+    assert problem["message"].startswith("backward function raised with float64 inputs")
+    assert '--dtype float32 (or dtype = "float32" in [functions.pow2])' in problem["hint"]
 
 
 @pytest.mark.parametrize("config", sorted(EXPECTED))
