@@ -164,6 +164,9 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
             findings.domain.append("the forward output was NaN or Inf")
         return "failed"
     outcomes = {e: prepared.harness.custom(draw, e) for e in request.settings.executions}
+    clash = _backward_dtype_clash(outcomes) if findings.dtype == "float64" else None
+    if clash is not None:
+        return _float32(request, findings, clash, "the backward function")
     retry = keyword_convention(prepared.plan, request.subject.kind, outcomes, keywords)
     if retry:
         prepared.harness.restore()
@@ -185,7 +188,7 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
     if any(p.check == "exception" for p in findings.problems):
         return "error"
     if values_comparable(request, prepared, findings):
-        compare_values(request, prepared, outcomes, audited.not_tensors, findings)
+        compare_values(request, prepared, outcomes, audited, findings)
     return "failed" if findings.problems else "passed"
 
 
@@ -282,7 +285,7 @@ def _planned(
         if probed.plan is None:
             findings.skip_reason = probed.skip_reason
             return "skipped"
-        findings.notes.append(probed.note)  # type: ignore[arg-type]
+        findings.note(probed.note)  # type: ignore[arg-type]
         plan = probed.plan
     if findings.redrawn_because:
         plan = _narrowed(plan, findings)
@@ -324,15 +327,33 @@ def _narrowed(plan: CallPlan, findings: Findings) -> CallPlan:
     return plan
 
 
-def _float32(request: CheckRequest, findings: Findings, error: BaseException) -> str | _Retry:
-    """Float64 inputs met float32 code: rerun in float32, unless the user chose the dtype."""
+def _backward_dtype_clash(outcomes: Mapping[str, Outcome]) -> BaseException | None:
+    """The error of a backward function that raised on float64 in every execution mode (float32 constants
+    met float64 gradients: Keras constants are float32), or None."""
+    errors = [o.error for o in outcomes.values()]
+    backward = all(any(r.phase == "backward" for r in o.records) for o in outcomes.values())
+    if backward and errors and all(e is not None and dtype_clash(e) for e in errors):
+        return errors[0]
+    return None
+
+
+def _float32(
+    request: CheckRequest, findings: Findings, error: BaseException, raised: str = "the forward pass"
+) -> str | _Retry:
+    """Float64 inputs met float32 code (``raised``: the part that raised): rerun in float32, unless the user
+    chose the dtype."""
     if request.dtype_given:
-        problem = exception_problem(f"forward pass raised with {findings.dtype} inputs", error, _path(request))
-        hint = 'the code mixes in float32 constants: check it with --dtype float32 (or dtype = "float32")'
+        problem = exception_problem(
+            f"{raised.removeprefix('the ')} raised with {findings.dtype} inputs", error, _path(request)
+        )
+        hint = (
+            "the code mixes in float32 constants: check it with --dtype float32 "
+            f'(or dtype = "float32" in {table_key(request)})'
+        )
         findings.problems.append(replace(problem, hint=hint))
         return "error"
     findings.notes.append(
-        "ran in float32: with float64 inputs the forward pass raised "
+        f"ran in float32: with float64 inputs {raised} raised "
         f"({describe_exception(error, _path(request))}), so the code is written for float32; "
         "tolerances and steps are float32's"
     )
@@ -372,8 +393,10 @@ def _audit(
     )
     audits = {execution: audit.audit(audited, outcome) for execution, outcome in outcomes.items()}
     findings.problems.extend(audit.keyword_problems(prepared.plan))
-    findings.problems.extend(executions.merge_audits(prepared.plan, {e: a.problems for e, a in audits.items()}))
-    return audit.Audit([], frozenset().union(*(a.not_tensors for a in audits.values())))
+    table = f"{request.config_label}: {table_key(request)}"
+    findings.problems.extend(executions.merge_audits(prepared.plan, {e: a.problems for e, a in audits.items()}, table))
+    misshapen = {name: shape for a in audits.values() for name, shape in a.misshapen.items()}
+    return audit.Audit([], frozenset().union(*(a.not_tensors for a in audits.values())), misshapen)
 
 
 def _fed_dtype(findings: Findings) -> str:
