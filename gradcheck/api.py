@@ -6,7 +6,16 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from gradcheck.config import Config, InputConfig, SubjectConfig, closest, parse_input, parse_values, validate_setting
+from gradcheck.config import (
+    Config,
+    InputConfig,
+    SubjectConfig,
+    closest,
+    parse_input,
+    parse_proxy,
+    parse_values,
+    validate_setting,
+)
 from gradcheck.errors import UsageError
 from gradcheck.results import Result, RunReport
 from gradcheck.settings import KEYWORD_SETTINGS
@@ -33,6 +42,7 @@ def check(
     constants: Mapping[str, Any] | None = None,
     init: Mapping[str, Any] | None = None,
     dims: Mapping[str, int] | None = None,
+    proxy: Any = None,
     **settings: Any,
 ) -> Result:
     """Check one custom-gradient function (or Keras layer) and return its result record.
@@ -42,6 +52,11 @@ def check(
     from ``dims`` may stand for sizes. Without ``inputs``, small shapes are
     guessed. ``init`` holds the constructor arguments of a layer class (a
     layer instance is checked as it is, its weights restored afterwards).
+    ``proxy`` declares a surrogate gradient: the function (or its
+    ``"module:function"``) whose derivative the custom gradient stands for,
+    called with the same arguments (a layer's: those of its ``call``); or,
+    for a layer or an outer function that reaches surrogates by name, a
+    mapping from each surrogate function's name to its proxy.
     The other keyword arguments are the config's settings, checked as the
     config's are: the rows of :data:`gradcheck.settings.TABLE` marked
     ``keyword``, listed at the end of this docstring.
@@ -61,15 +76,17 @@ def check(
     if subject is None:
         raise UsageError(f"{_LABEL}: {why_not_subject(fn)}")
     dims = dict(dims or {})
+    own, functions = _proxies(proxy)
     table = SubjectConfig(
         inputs={name: _input_config(name, value, dims) for name, value in (inputs or {}).items()},
         constants=parse_values(_LABEL, "constants", dict(constants or {})),
         init=parse_values(_LABEL, "init", dict(init or {})),
+        proxy=own,
     )
     given = {name: validate_setting(_LABEL, name, value) for name, value in settings.items() if value is not None}
     request = build_request(
         subject,
-        Config(dims=dims),
+        Config(dims=dims, functions=functions),
         given,
         given_by=_LABEL,
         table=table,
@@ -77,6 +94,20 @@ def check(
         reproduce=lambda merged: f"gradcheck.check({subject.name}, seed={merged.seed})",
     )
     return check_subject(request)
+
+
+def _proxies(proxy: Any) -> tuple[Any, dict[str, SubjectConfig]]:
+    """``proxy=``: the subject's own proxy, or a table per surrogate it reaches (a mapping of their names)."""
+    if isinstance(proxy, Mapping):
+        return None, {name: SubjectConfig(proxy=_proxy_value(f"proxy.{name}", value)) for name, value in proxy.items()}
+    return _proxy_value("proxy", proxy), {}
+
+
+def _proxy_value(key: str, value: Any) -> Any:
+    """A ``proxy`` keyword's value: ``"module:function"`` checked for form, a callable as it is."""
+    if value is None or callable(value):
+        return value
+    return parse_proxy(_LABEL, key, value, None)
 
 
 def _signature() -> inspect.Signature:

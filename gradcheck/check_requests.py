@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gradcheck import _tf, state
+from gradcheck import _tf, proxying, state
 from gradcheck.checking import CheckRequest
 from gradcheck.collection import PlannedCheck
 from gradcheck.config import Config, ImportValue, Settings, SubjectConfig, merged_settings
@@ -23,6 +23,7 @@ from gradcheck.importing import import_object, import_root
 from gradcheck.options import RunOptions
 from gradcheck.settings import BY_NAME, TABLE
 from gradcheck.subjects import Subject
+from gradcheck.targets.proxy import Proxy
 
 #: The order in which the reproduce command names settings (the seed first, as ever).
 _REPRODUCE_ORDER = ("always", "given", "set")
@@ -103,10 +104,13 @@ def build_request(
     settings = merged_settings(config, table, given)
     if settings.device == "gpu" and not _tf.gpu_available():
         raise UsageError(_no_gpu_message(given, given_by, config.label))
+    table, own, reached = _with_proxies(_with_imports(table, subject), subject, config, config_label)
     return CheckRequest(
         subject=subject,
         settings=settings,
-        config=_with_imports(table, subject),
+        config=table,
+        proxy=own,
+        reached_proxies=reached,
         dims=config.dims,
         shape_overrides=shapes or {},
         config_label=config_label,
@@ -125,17 +129,41 @@ def _with_imports(table: SubjectConfig | None, subject: Subject) -> SubjectConfi
     """
     if table is None or not any(isinstance(v, ImportValue) for v in (*table.constants.values(), *table.init.values())):
         return table
-    module_file = getattr(subject.module, "__file__", None)
-    written = Path(module_file) if module_file else Path(subject.path)
-    target = written if written.is_file() else None
-    roots = [import_root(target)] if target is not None else []
+    target = _module_file(subject)
 
     def resolved(values: Mapping[str, Any]) -> dict[str, Any]:
         return {k: import_object(v, target) if isinstance(v, ImportValue) else v for k, v in values.items()}
 
     # What the imported module's own code sets (seeds, switches) must not reach the checks.
-    with state.preserved(roots):
+    with state.preserved([import_root(target)] if target is not None else []):
         return replace(table, constants=resolved(table.constants), init=resolved(table.init))
+
+
+def _module_file(subject: Subject) -> Path | None:
+    """The checked module's file, whose import root a config's imports are looked up from too."""
+    module_file = getattr(subject.module, "__file__", None)
+    written = Path(module_file) if module_file else Path(subject.path)
+    return written if written.is_file() else None
+
+
+def _with_proxies(
+    table: SubjectConfig | None, subject: Subject, config: Config, config_label: str
+) -> tuple[SubjectConfig | None, Proxy | None, dict[str, Proxy]]:
+    """The table without its proxy's own constants, the subject's own proxy, and every other table's."""
+    names = (subject.name, *subject.aliases)
+    if (table is None or table.proxy is None) and not any(t.proxy is not None for t in config.functions.values()):
+        return table, None, {}
+    target = _module_file(subject)
+
+    def resolved(surrogate: str, value: Any) -> Proxy:
+        where = f"{value.source}: {value.key}" if isinstance(value, ImportValue) else f"{config_label}: proxy"
+        return proxying.resolve(value, surrogate, where, target)
+
+    with state.preserved([import_root(target)] if target is not None else []):
+        where = f"{config_label}: {subject.kind.table}.{subject.name}"
+        called = subject.kind.described_by(subject)  # what the table's constants are passed to
+        table, own = proxying.own_proxy(table, called, where, lambda value: resolved(subject.name, value))
+        return table, own, proxying.reached_proxies(config, names, resolved)
 
 
 def _no_gpu_message(given: Mapping[str, Any], given_by: str, config_label: str) -> str:

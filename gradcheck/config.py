@@ -35,6 +35,7 @@ _INPUT_KEYS = {"shape", "dtype", "distribution", "low", "high", "items"}
 _VARIABLE_KEYS = {"value", "variable", "dtype"}
 _IMPORT_KEYS = {"import"}
 _IMPORT_EXAMPLE = '{ import = "module:attribute" }, e.g. { import = "my_project.bodies:step" } or "bodies.py:step"'
+_PROXY_EXAMPLE = 'proxy = "module:function", e.g. proxy = "gradcheck.proxies:hard_tanh" or "proxies.py:my_proxy"'
 _DOTTED_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
@@ -106,6 +107,9 @@ class SubjectConfig:
     """Constructor keyword arguments (layers, classes of methods)."""
     settings: dict[str, Any] = field(default_factory=dict)
     """Overrides of :class:`Settings` for this one function."""
+    proxy: Any = None
+    """``proxy = "module:function"``: the function whose derivative the backward function stands for, as an
+    :class:`ImportValue` (a config file) or the callable itself (``gradcheck.check``); None: no surrogate."""
 
 
 @dataclass(frozen=True)
@@ -301,6 +305,19 @@ def _parse_import(label: str, key: str, raw: dict[str, Any], folder: Path | None
     spec = raw["import"]
     if not isinstance(spec, str):
         raise invalid(label, f"{key}.import", f"{spec!r} must be a string: {_IMPORT_EXAMPLE}")
+    return _import_spec(label, key, spec, folder, (f"{key}.import", _IMPORT_EXAMPLE))
+
+
+def parse_proxy(label: str, key: str, raw: Any, folder: Path | None) -> ImportValue:
+    """The form of ``proxy = "module:function"`` (the ``module:attribute`` form of an import value)."""
+    if not isinstance(raw, str):
+        raise invalid(label, key, f"{raw!r} must be a string: {_PROXY_EXAMPLE}")
+    return _import_spec(label, key, raw, folder, (key, _PROXY_EXAMPLE))
+
+
+def _import_spec(label: str, key: str, spec: str, folder: Path | None, written: tuple[str, str]) -> ImportValue:
+    """``module:attribute`` checked for form; ``written`` is the key of the string itself and an example."""
+    where, example = written
     module, colon, attribute = spec.rpartition(":")  # rpartition: a Windows path has a colon of its own
     problem = None
     if not colon:
@@ -314,7 +331,7 @@ def _parse_import(label: str, key: str, raw: dict[str, Any], folder: Path | None
     elif not _DOTTED_NAME.match(attribute):
         problem = f"'{attribute}': the attribute must be a name, or dotted names (Class.attribute)"
     if problem is not None:
-        raise invalid(label, f"{key}.import", f"{spec!r} {problem}; write {_IMPORT_EXAMPLE}")
+        raise invalid(label, where, f"{spec!r} {problem}; write {example}")
     return ImportValue(module=module, attribute=attribute, source=label, key=key, folder=folder)
 
 

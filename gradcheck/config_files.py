@@ -15,7 +15,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gradcheck.config import Config, SubjectConfig, check_keys, invalid, parse_input, parse_values, validate_setting
+from gradcheck.config import (
+    Config,
+    SubjectConfig,
+    check_keys,
+    invalid,
+    parse_input,
+    parse_proxy,
+    parse_values,
+    validate_setting,
+)
 from gradcheck.errors import ConfigError
 from gradcheck.settings import FUNCTION_SETTINGS, RUN_SETTINGS, TABLE
 
@@ -42,7 +51,7 @@ _REPORT_KEYS = {s.key for s in RUN_SETTINGS}
 _TOP_KEYS = _SETTING_KEYS | _REPORT_KEYS | {"dims", "functions", "layers", "classes"}
 
 
-_SUBJECT_KEYS = _SUBJECT_SETTING_KEYS | {"inputs", "constants", "init"}
+_SUBJECT_KEYS = _SUBJECT_SETTING_KEYS | {"inputs", "constants", "init", "proxy"}
 
 
 _CLASS_KEYS = {"init"}
@@ -71,7 +80,8 @@ def _parse_subject(
         for name, value in raw.items()
         if name in _SUBJECT_SETTING_KEYS
     }
-    return SubjectConfig(inputs=inputs, constants=dict(constants), init=dict(init), settings=settings)
+    proxy = parse_proxy(label, f"{key}.proxy", raw["proxy"], folder) if "proxy" in raw else None
+    return SubjectConfig(inputs=inputs, constants=dict(constants), init=dict(init), settings=settings, proxy=proxy)
 
 
 def _parse_classes(label: str, raw: Any, folder: Path | None) -> dict[str, dict[str, Any]]:

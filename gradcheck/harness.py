@@ -23,12 +23,13 @@ import numpy as np
 from gradcheck import _tf
 from gradcheck.batching import Batcher
 from gradcheck.feed import all_frozen, identity_key, same_objects
-from gradcheck.finite_differences import BatchedLoss
+from gradcheck.finite_differences import BatchedLoss, Perturbations
 from gradcheck.first_pass import FirstPass, dense
 from gradcheck.inputs import CallPlan
 from gradcheck.instrument import BackwardRecord, Outcome, raised_by_gradcheck, real_float64
 from gradcheck.loss import Draw, pairing
 from gradcheck.targets import CallTarget
+from gradcheck.targets.proxy import Centre, ProxiedTarget
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class Harness:
             self._forward_memo = (first.key, first.outputs)
         # Native autodiff at the first draw, from the first pass's tape: given once, at that very draw.
         self._native_ahead = first.native
+        self._around = _Around(target) if isinstance(target, ProxiedTarget) else None
 
     def forget_traces(self) -> None:
         """Drop the ``tf.function`` legs traced so far and the remembered forward pass: the target is called
@@ -147,17 +149,28 @@ class Harness:
 
     # -- forward ---------------------------------------------------------------
 
-    def outputs(self, values: dict[str, Any]) -> list[np.ndarray]:
-        """The float outputs of the forward pass (native path), eagerly, as float64."""
+    def outputs(self, values: dict[str, Any], centre: dict[str, Any] | None = None) -> list[np.ndarray]:
+        """The float outputs of the forward pass (native path), eagerly, as float64.
+
+        ``centre`` is the draw ``values`` were moved from (None: ``values``
+        is a draw itself): a proxy's surrogates are linearized around it.
+        """
         if (remembered := self._remembered(values)) is not None:
             return remembered
+        if self._around is not None:
+            self._around.centre(self, values if centre is None else centre)
+            if (remembered := self._remembered(values)) is not None:
+                return remembered
         found = [real_float64(t) for t in self.native_outputs(self.as_tensors(values))]
         self._remember(values, found)
         return found
 
     def native_outputs(self, tensors: dict[str, Any]) -> list[Any]:
-        """The float outputs of one native forward call on ``tensors``."""
+        """The float outputs of one forward call on ``tensors`` as finite differences take it: the native call,
+        or, with proxies, the call with each surrogate linearized around the centre last recorded."""
         args, kwargs = self._arguments(tensors)
+        if self._around is not None:
+            return self._float_outputs(self._around.linearized(args, kwargs))
         return self._float_outputs(self.target.native(args, kwargs))
 
     @property
@@ -167,7 +180,7 @@ class Harness:
 
     def loss(self, draw: Draw) -> tuple[float, float]:
         """``sum_i <upstream_i, output_i>`` and ``sum_i |upstream_i * output_i|`` (its rounding scale)."""
-        return pairing(zip(draw.upstreams, self.outputs(draw.values)))
+        return pairing(zip(draw.upstreams, self.outputs(draw.values, draw.centre)))
 
     # -- gradients -------------------------------------------------------------
 
@@ -321,7 +334,7 @@ class Harness:
         broadcast over it, as elementwise ops and matmul do),
         ``tf.vectorized_map`` over them, or a loop.
         """
-        return self._batcher.losses(draw)
+        return self._batcher.losses(draw) if self._around is None else self._around.losses(self, draw)
 
     def first_order_loss(self, draw: Draw, weights: dict[str, np.ndarray]) -> tuple[float, float]:
         """``sum_j <weights_j, custom gradient_j>``: the function whose gradient second order checks."""
@@ -332,3 +345,37 @@ class Harness:
         assert grads is not None
         pairs = ((weight, grads.get(name)) for name, weight in weights.items())
         return pairing((weight, grad) for weight, grad in pairs if grad is not None and grad.shape == weight.shape)
+
+
+class _Around:
+    """Finite differences of a target with proxies: each draw's centre recorded once (its values, by identity,
+    and the surrogates' calls there), the forward pass linearized around the centre last recorded."""
+
+    def __init__(self, target: ProxiedTarget) -> None:
+        self.target = target
+        self._centre: tuple[list[Any], Centre] | None = None
+
+    def centre(self, harness: Harness, values: dict[str, Any]) -> None:
+        """Record the surrogates' calls at the draw ``values``, unless they are recorded already."""
+        key = harness._memo_key(values)
+        if self._centre is not None and all_frozen(key) and same_objects(key, self._centre[0]):
+            return
+        args, kwargs = harness._arguments(harness.as_tensors(values))
+        result, centre = self.target.record(args, kwargs)
+        self._centre = (key, centre)
+        harness._remember(values, harness._float_outputs(result))
+
+    def linearized(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """One forward call near the centre last recorded."""
+        assert self._centre is not None  # every caller records the centre first
+        return self.target.linearized(args, kwargs, self._centre[1])
+
+    def losses(self, harness: Harness, draw: Draw) -> BatchedLoss:
+        """The harness's batched losses around ``draw``, its centre recorded before each evaluation."""
+        evaluate = harness._batcher.losses(draw)
+
+        def around_the_draw(name: str, perturbations: Perturbations) -> tuple[np.ndarray, np.ndarray]:
+            self.centre(harness, draw.values)
+            return evaluate(name, perturbations)
+
+        return around_the_draw

@@ -32,10 +32,13 @@ class Draw:
     values: dict[str, Any]
     """A leaf argument's or a variable's name -> a float64 (or integer) numpy array, or the constant itself."""
     upstreams: list[np.ndarray]
+    centre: dict[str, Any] | None = None
+    """For a perturbed point: the values of the draw it was moved from (a proxy's finite differences are
+    taken around them); None for the draw itself."""
 
     def at(self, values: dict[str, Any]) -> Draw:
         """The same upstream gradients at other values (a perturbed point of the finite differences)."""
-        return Draw(values, self.upstreams)
+        return Draw(values, self.upstreams, self.values if self.centre is None else self.centre)
 
 
 def pairing(pairs: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float]:

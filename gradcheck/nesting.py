@@ -149,7 +149,7 @@ class Reachability:
             self._memo[id(code)] = True
             return True
         values = list(_values_seen(func, names))
-        members = [m for m in (_class_member(cls, name) for name in names) if m is not None] if cls else []
+        members = [m for m in (class_member(cls, name) for name in names) if m is not None] if cls else []
         # Every value is looked at (no short cut): the private custom gradients reached are recorded too.
         made = [self._makes(value, depth, seen) for value in values]
         made += [self._member_makes(member, cls, depth, seen) for member in members if cls is not None]
@@ -218,7 +218,7 @@ def private_custom_gradients(module: ModuleType) -> dict[int, str]:
     }
 
 
-def _class_member(cls: type, name: str) -> Any:
+def class_member(cls: type, name: str) -> Any:
     """A member of ``cls`` or of one of its user-defined bases (not Keras's own), as stored."""
     for klass in cls.__mro__:
         if klass is object or _tf.is_tf_own(klass):

@@ -34,6 +34,7 @@ Reason = Literal[
     "needs-init",  # a class needs constructor arguments the config does not give
     "init-raised",  # the class's constructor raised on the arguments it was given
     "needs-constants",  # arguments that are Python values, which the config must give
+    "eager-only",  # the code reads tensor values (.numpy(), numpy) or asserts eager execution: no tf.function
 ]
 
 STATUSES = ("passed", "failed", "error", "skipped")

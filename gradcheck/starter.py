@@ -17,6 +17,8 @@ from typing import Any
 from gradcheck import probing
 from gradcheck.check_requests import request_for
 from gradcheck.checking import guess_shapes
+from gradcheck.checking.recognise import recognised_proxy
+from gradcheck.checking.surrogates import ProxyChoice
 from gradcheck.collection import collect
 from gradcheck.config import Settings
 from gradcheck.kinds.protocol import signature_or_empty
@@ -74,6 +76,8 @@ class StarterEntry:
     """The dtype probing had to use where it is not the run's (float32 code)."""
     constants: tuple[tuple[str, str], ...] = ()
     """Arguments that are Python values (a function, a loop count): each name with its TOML placeholder."""
+    proxy: ProxyChoice | None = None
+    """The shipped proxy a surrogate gradient was recognised as standing for, with its own constants."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,8 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0, exclusions: tuple[E
         )
         floats = {a.spec.dtype for a in guess.plan.leaves if a.spec is not None and a.spec.differentiable}
         dtype = floats.pop() if len(floats) == 1 and request.settings.dtype not in floats else None
-        entries.append(replace(named, inputs=inputs, dtype=dtype))
+        proxy = recognised_proxy(request, guess.plan)
+        entries.append(replace(named, inputs=inputs, dtype=dtype, proxy=proxy))
     return Starter(entries, collected.module_results)
 
 
@@ -173,6 +178,18 @@ def _input_value(item: StarterInput) -> str:
     return "{ " + ", ".join(parts) + " }"
 
 
+def _proxy_lines(proxy: ProxyChoice | None) -> list[str]:
+    """The ``proxy`` line (and its constants) of a function recognised as a surrogate gradient."""
+    if proxy is None:
+        return []
+    lines = [f'proxy = "{proxy.spec}"  # recognised: a surrogate gradient, checked against this proxy\'s derivative']
+    if proxy.constants:
+        lines.append(
+            "constants = { " + ", ".join(f"{k} = {v:.6g}" for k, v in proxy.constants) + " }  # the proxy's own"
+        )
+    return lines
+
+
 def render_starter(entries: list[StarterEntry], command: str) -> str:
     """The starter config as TOML text: every entry's table, guesses and placeholders commented."""
     defaults = Settings()
@@ -214,6 +231,7 @@ def render_starter(entries: list[StarterEntry], command: str) -> str:
                 placeholder = placeholder or "x = [4, 5]"
                 lines.append(f"# inputs = {{ {placeholder} }}  # the shape of each argument, in order")
             continue
+        lines += _proxy_lines(entry.proxy)
         if not entry.inputs:
             lines.append("# every argument has a default or is configured: nothing to guess")
             continue

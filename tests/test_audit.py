@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from gradcheck.checking import audit, executions
 from gradcheck.inputs import Argument, CallPlan, TensorSpec
 from gradcheck.instrument import BackwardRecord, Outcome, ReturnedGradient
@@ -74,7 +76,7 @@ def test_keyword_tensors_are_problems() -> None:
 def test_merge_keeps_common_problems_once_and_tags_the_others() -> None:
     [common] = audit.audit_returned(SUBJECT, record(tensor((4, 3)), tensor((3,)))).problems
     [shape] = audit.audit_returned(SUBJECT, record(tensor((4, 3)), tensor((4, 3)), NONE)).problems
-    merged = executions.merge_audits(PLAN, {"eager": [common, shape], "function": [common]})
+    merged = executions.merge_audits(PLAN, {"eager": [common, shape], "function": [common]}, "[functions.op]")
     assert [(p.check, p.execution) for p in merged] == [("count", None), ("shape", "eager")]
 
 
@@ -83,7 +85,7 @@ def test_a_raise_in_one_mode_only_is_an_execution_problem_with_its_cause() -> No
     from gradcheck.results import Problem
 
     raised = Problem("exception", None, "backward function raised: TypeError: bad")
-    [problem] = executions.merge_audits(plan, {"eager": [], "function": [raised]})
+    [problem] = executions.merge_audits(plan, {"eager": [], "function": [raised]}, "[functions.op]")
     assert problem.check == "execution" and problem.execution == "function"
     assert "n=2 (becomes an int32 tensor)" in (problem.hint or "")
 
@@ -103,3 +105,52 @@ def test_variable_gradients_of_each_others_shape_are_named() -> None:
     rec = BackwardRecord(variables=[a, b], variable_returned=[tensor((2, 3))])
     [problem] = audit.audit_variables(lambda v: v.name, rec)
     assert (problem.expected, problem.got) == ("2", "1")
+
+
+def test_a_misshapen_gradient_at_the_input_is_skipped_and_a_problem_where_nothing_explains_it() -> None:
+    grads: dict[str, np.ndarray | None] = {"x": np.zeros(12), "w": np.zeros(3)}
+    wrapper = audit.Audited(name="op", kind=kind_named("wrapper"), path=None, plan=PLAN, wrapper=True)
+    found = audit.audit(wrapper, Outcome("eager", [], grads=grads))
+    assert [(p.check, p.input, p.expected, p.got) for p in found.problems] == [("shape", "x", "(4, 3)", "(12,)")]
+    assert found.misshapen == {"x": (12,)}
+    explained = audit.audit_gradient_shapes(wrapper, grads, explained=True)
+    assert explained.problems == [] and explained.misshapen == {"x": (12,)}
+    right = audit.audit(wrapper, Outcome("eager", [], grads={"x": np.zeros((4, 3)), "w": None}))
+    assert right.problems == [] and right.misshapen == {}
+
+
+def test_tensorflows_refusal_of_a_gradients_shape_is_a_shape_problem() -> None:
+    refusal = ValueError(
+        "Incompatible shapes between op input and calculated input gradient. Forward operation: "
+        "model/scale.v2/Identity. Input index: 0. Original input shape: (4, 3). Calculated input gradient shape: (12,)"
+    )
+    [problem] = audit.audit(SUBJECT, Outcome("function", [], error=refusal)).problems
+    assert (problem.check, problem.expected, problem.got) == ("shape", "(4, 3)", "(12,)")
+    assert "input 0 of the op model/scale.v2/Identity" in problem.message
+    # Where the backward function's record shows the shape, its audit is the problem.
+    recorded = audit.audit(SUBJECT, Outcome("function", [record(tensor((12,)), tensor((3,)), NONE)], error=refusal))
+    assert [(p.check, p.input) for p in recorded.problems] == [("shape", "x")]
+
+
+def test_eager_only_code_is_recognised_and_told_the_config_line() -> None:
+    from gradcheck.checking.exceptions import exception_problem, needs_eager
+
+    def asserts_eager() -> None:
+        assert tf_executing_eagerly()
+
+    def tf_executing_eagerly() -> bool:
+        return False
+
+    try:
+        asserts_eager()
+    except AssertionError as error:
+        assert needs_eager(error)
+    assert needs_eager(AttributeError("'SymbolicTensor' object has no attribute 'numpy'"))
+    assert not needs_eager(AttributeError("'Tensor' object has no attribute 'nump'"))
+    raised = exception_problem(
+        "forward pass raised", AttributeError("'SymbolicTensor' object has no attribute 'numpy'"), None
+    )
+    assert raised.reason == "eager-only"
+    [problem] = executions.merge_audits(PLAN, {"eager": [], "function": [raised]}, "gradcheck.toml: [functions.op]")
+    assert problem.check == "execution"
+    assert (problem.hint or "").endswith('add to gradcheck.toml: [functions.op] execution = "eager"')

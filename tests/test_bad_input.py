@@ -48,6 +48,26 @@ def _module(name: str, text: str) -> Callable[[Path], None]:
     return lay_out
 
 
+def _proxy(value: str, more: str = "") -> Callable[[Path], None]:
+    """A project whose config declares ``proxy = VALUE`` for square, beside a proxies.py (and ``more`` lines)."""
+
+    def lay_out(project: Path) -> None:
+        write(project, "ops.py", GOOD + CUBE)
+        write(project, "proxies.py", "LIMIT = 3\n\ndef straight(x):\n    return x\n")
+        write(project, "gradcheck.toml", f"[functions.square]\ninputs = {{ x = [3] }}\nproxy = {value}\n{more}")
+
+    return lay_out
+
+
+CUBE = """
+    @tf.custom_gradient
+    def cube(x):
+        def grad(dy):
+            return 3.0 * x * x * dy
+        return x * x * x, grad
+"""
+
+
 def _directory_without_python(project: Path) -> None:
     write(project, "notes/README.txt", "no code here\n")
 
@@ -285,6 +305,54 @@ BAD_INPUTS: list[tuple[str, Callable[[Path], None], list[str], list[str]]] = [
         _body_import('{ import = "bodies:step", name = "step" }'),
         ["ops.py"],
         ["gradcheck.toml: functions.for_loop.constants.body_fn.name", "unknown key", "valid keys: import"],
+    ),
+    (
+        "proxy in a module that is nowhere",
+        _proxy('"noproxies:straight"'),
+        ["ops.py"],
+        ["gradcheck.toml: functions.square.proxy: noproxies:straight", "no module named 'noproxies'"],
+    ),
+    (
+        "proxy the module lacks",
+        _proxy('"proxies:straigth"'),
+        ["ops.py"],
+        ["gradcheck.toml: functions.square.proxy", "has no attribute 'straigth'", "did you mean 'straight'"],
+    ),
+    (
+        "proxy that is no function",
+        _proxy('"proxies:LIMIT"'),
+        ["ops.py"],
+        ["gradcheck.toml: functions.square.proxy: proxies:LIMIT is an int, not a function", "arguments of square"],
+    ),
+    (
+        "proxy gradcheck does not ship",
+        _proxy('"gradcheck.proxies:hardtanh"'),
+        ["ops.py"],
+        ["functions.square.proxy", "gradcheck.proxies has no proxy 'hardtanh'", "did you mean 'hard_tanh'"],
+    ),
+    (
+        "proxy that is no string",
+        _proxy("3"),
+        ["ops.py"],
+        ["gradcheck.toml: functions.square.proxy", "3 must be a string", 'proxy = "module:function"'],
+    ),
+    (
+        "proxy without a colon",
+        _proxy('"proxies.straight"'),
+        ["ops.py"],
+        ["gradcheck.toml: functions.square.proxy", "no ':' between the module and the attribute"],
+    ),
+    (
+        "constant that neither the function nor its proxy takes",
+        _proxy('"gradcheck.proxies:scale"', "constants = { scael = 0.5 }\n"),
+        ["ops.py"],
+        ["functions.square.constants.scael", "square has no argument 'scael'", "did you mean 'scale'"],
+    ),
+    (
+        "proxy in another table that cannot be imported",
+        _proxy('"proxies:straight"', '[functions.cube]\nproxy = "proxies:missing"\n'),
+        ["ops.py::square"],
+        ["gradcheck.toml: functions.cube.proxy: proxies:missing", "has no attribute 'missing'"],
     ),
     ("config file given with -c that does not exist", _good_module, ["ops.py", "-c", "nope.toml"], ["nope.toml"]),
     # -- options

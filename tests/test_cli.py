@@ -375,6 +375,7 @@ def test_help_and_import_do_not_import_tensorflow(tmp_path: Path) -> None:
         "import gradcheck, gradcheck.results, gradcheck.cli, gradcheck.progress, gradcheck.worker\n"
         "import gradcheck.pytest_plugin\n"
         "import gradcheck.reporting.junit, gradcheck.reporting.github, gradcheck.reporting.html\n"
+        "import gradcheck.proxies\n"
         "from click.testing import CliRunner\n"
         "CliRunner().invoke(gradcheck.cli.main, ['--help'])\n"
         "CliRunner().invoke(gradcheck.cli.main, ['run', '--help'])\n"

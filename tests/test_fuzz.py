@@ -12,6 +12,13 @@
   swapped, a transpose): the check fails, blaming the input the fault is in,
   and only it.
 
+* Random wrong shapes (fewer, more, or as many elements as the input) for
+  the gradient a backward function returns, on every path a gradient takes
+  (a module-level custom gradient, one nested in a function before or after
+  other ops, a layer's input and its weight), in fast and full mode: the
+  check fails with a ``shape`` (or ``variables``) problem and nothing else,
+  never an error of gradcheck's own in the value comparisons.
+
 The example counts are small, and the examples fixed (``derandomize``), so CI
 stays fast and a failure reproduces; raise ``max_examples`` locally to search
 further.
@@ -27,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import keras
 import numpy as np
 import tensorflow as tf
 from hypothesis import HealthCheck, assume, given, settings
@@ -392,3 +400,96 @@ def test_the_fuzzed_faults_are_all_caught_on_a_known_composition() -> None:
             result = gradcheck.check(custom_gradient_function(tree, fault, faulty), **CHECK_SETTINGS)
             expected = {"x", "y"} if fault == "swapped" else {faulty}
             assert result.status == "failed" and _value_blame(result) == expected, (fault, faulty)
+
+
+# -- gradients of the wrong shape ---------------------------------------------------------------
+
+MISSHAPEN_INPUT = (3, 4)
+#: As many elements as the input, in another shape.
+_SAME_SIZE = st.sampled_from([(12,), (4, 3), (2, 6), (1, 12), (12, 1), (3, 4, 1), (1, 3, 4), (2, 2, 3)])
+_ANY_SIZE = st.lists(st.integers(min_value=0, max_value=6), max_size=3).map(tuple)
+WRONG_SHAPES = st.one_of(_SAME_SIZE, _ANY_SIZE).filter(lambda shape: shape != MISSHAPEN_INPUT)
+
+
+def reshaped(gradient: Any, shape: tuple[int, ...]) -> Any:
+    """``gradient``'s elements, repeated or cut to fill ``shape``."""
+    flat = tf.reshape(gradient, [-1])
+    size = math.prod(shape)
+    repeats = max(1, -(-size // int(flat.shape[0])))
+    return tf.reshape(tf.tile(flat, [repeats])[:size], shape)
+
+
+def misshapen_subject(path: str, shape: tuple[int, ...]) -> Any:
+    """A subject on ``path`` whose backward function returns the gradient of x * x in ``shape``."""
+
+    @tf.custom_gradient
+    def squared(x: Any) -> Any:
+        def grad(dy: Any) -> Any:
+            return reshaped(2.0 * x * dy, shape)
+
+        return x * x, grad
+
+    def nested_after(x: Any) -> Any:
+        @tf.custom_gradient
+        def inner(t: Any) -> Any:
+            return t * t, lambda dy: reshaped(2.0 * t * dy, shape)
+
+        return inner(x) * 3.0
+
+    def nested_before(x: Any) -> Any:
+        @tf.custom_gradient
+        def inner(t: Any) -> Any:
+            return t * t, lambda dy: reshaped(2.0 * t * dy, shape)
+
+        return inner(2.0 * x)
+
+    class Counts(keras.layers.Layer):
+        def build(self, input_shape: Any) -> None:
+            self.prior = self.add_weight(shape=(input_shape[-1],), initializer="ones")
+
+        def call(self, x: Any) -> Any:
+            @tf.custom_gradient
+            def counts(t: Any) -> Any:
+                return t * t, lambda dy: reshaped(2.0 * t * dy, shape)
+
+            return counts(x) * tf.convert_to_tensor(self.prior)
+
+    class Scaled(keras.layers.Layer):
+        def build(self, input_shape: Any) -> None:
+            self.scale = self.add_weight(shape=(input_shape[-1],), initializer="ones")
+
+        def call(self, x: Any) -> Any:
+            @tf.custom_gradient
+            def scaled(t: Any) -> Any:
+                scale = tf.convert_to_tensor(self.scale)
+
+                def grad(dy: Any, variables: Any = None) -> Any:
+                    return dy * scale, [reshaped(tf.reduce_sum(dy * t, axis=0), shape)]
+
+                return t * scale, grad
+
+            return scaled(x)
+
+    subjects = {
+        "module-level": squared,
+        "nested after": nested_after,
+        "nested before": nested_before,
+        "layer input": Counts,
+        "layer weight": Scaled,
+    }
+    return subjects[path]
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(
+    shape=WRONG_SHAPES,
+    path=st.sampled_from(["module-level", "nested after", "nested before", "layer input", "layer weight"]),
+    mode=st.sampled_from(["fast", "full"]),
+)
+def test_a_gradient_of_any_wrong_shape_is_a_shape_problem(shape: tuple[int, ...], path: str, mode: str) -> None:
+    assume(not (path == "layer weight" and shape == (MISSHAPEN_INPUT[-1],)))  # the weight's own shape
+    subject = misshapen_subject(path, shape)
+    result = gradcheck.check(subject, inputs={"x": MISSHAPEN_INPUT}, mode=mode)
+    described = (path, shape, mode, [(p.check, p.input, p.message) for p in result.problems])
+    assert result.status == "failed", described
+    assert {p.check for p in result.problems} <= {"shape", "variables"}, described

@@ -163,6 +163,27 @@ def test_auto_starts_no_second_worker_for_work_shorter_than_its_start_up(project
     assert _workers_started(project) == 1
 
 
+def test_a_worker_kept_idle_between_runs_keeps_the_start_up_of_a_fresh_one(project: Path) -> None:
+    # -j auto weighs a helper's start-up (always a fresh worker) by this, not by the idle worker's quick reuse.
+    from gradcheck.worker.process import Worker, keep_worker, take_worker
+
+    unstarted = Worker()
+    try:
+        assert unstarted.startup is None  # measured at its first plan, not before
+    finally:
+        unstarted.close()
+    (project / "ops.py").write_text(_counting(1), encoding="utf-8")
+    assert _json("ops.py")[0] == 0
+    kept = take_worker()
+    fresh = kept.startup
+    assert fresh is not None and fresh > 0
+    keep_worker(kept)
+    assert _json("ops.py")[0] == 0
+    again = take_worker()
+    assert again is kept and again.startup == fresh
+    keep_worker(again)
+
+
 def test_jobs_is_bounded_and_the_help_says_so(project: Path) -> None:
     write(project, "ops.py", wrong_factors(2))
     result = invoke("run", "ops.py", "-j", "10000")

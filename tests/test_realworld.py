@@ -245,6 +245,78 @@ def test_larq_surrogates_fail_until_declared_and_say_why(larq_report: dict[str, 
         assert all("a clipped pass-through" in hint and 'reference = "none"' in hint for hint in hints), (name, hints)
 
 
+#: A user's copy of larq 0.14's ste_sign with its clip mask inverted (less_equal -> greater_equal).
+LARQ_INVERTED = """
+import tensorflow as tf
+from larq import math
+
+
+def _clipped_gradient(x, dy, clip_value):
+    if clip_value is None:
+        return dy
+    zeros = tf.zeros_like(dy)
+    mask = tf.math.greater_equal(tf.math.abs(x), clip_value)
+    return tf.where(mask, dy, zeros)
+
+
+def ste_sign(x, clip_value=1.0):
+    @tf.custom_gradient
+    def _call(x):
+        def grad(dy):
+            return _clipped_gradient(x, dy, clip_value)
+
+        return math.sign(x), grad
+
+    return _call(x)
+"""
+
+
+@pytest.fixture(scope="module")
+def larq_proxied(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """``gradcheck run larq.quantizers`` with the proxies its hints give, beside a copy whose mask is inverted."""
+    _require(LARQ_MISSING)
+    folder = tmp_path_factory.mktemp("larq_proxied")
+    for name in ("larq_proxies.toml", "larq_proxies.py"):
+        (folder / name).write_text((LARQ_CONFIG.parent / name).read_text(encoding="utf-8"), encoding="utf-8")
+    (folder / "inverted.py").write_text(LARQ_INVERTED, encoding="utf-8")
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    command = [sys.executable, "-m", "gradcheck", "run", "larq.quantizers", "inverted.py", "--format", "json"]
+    done = subprocess.run(
+        [*command, "-c", str(folder / "larq_proxies.toml")],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    report = json.loads(done.stdout or "{}")
+    assert done.returncode == 1, done.stderr[-3000:]  # the inverted copy fails
+    return {_larq_key(result): result for result in report["results"]}
+
+
+def _larq_key(result: dict[str, Any]) -> str:
+    """A result's name, ``inverted:NAME`` for the user's inverted copy (larq defines the same names)."""
+    return ("inverted:" if result["id"].split("::")[0].endswith("inverted.py") else "") + result["name"]
+
+
+@_skip_unless(LARQ_MISSING)
+def test_larq_passes_with_the_proxies_its_hints_give(larq_proxied: dict[str, dict[str, Any]]) -> None:
+    for name in LARQ_FUNCTIONS | LARQ_LAYERS:
+        result = larq_proxied[name]
+        assert result["status"] == "passed", (name, result["problems"])
+    assert any("ste_sign -> gradcheck.proxies:hard_tanh" in note for note in larq_proxied["SteSign"]["notes"])
+
+
+@_skip_unless(LARQ_MISSING)
+def test_a_copy_of_larqs_ste_sign_with_its_mask_inverted_fails_on_x(larq_proxied: dict[str, dict[str, Any]]) -> None:
+    result = larq_proxied["inverted:ste_sign"]
+    assert {(problem["check"], problem["input"]) for problem in result["problems"]} == {
+        ("native", "x"),
+        ("numeric", "x"),
+    }
+    assert all("inverted mask" in (problem["hint"] or "") for problem in result["problems"])
+
+
 # -- whole packages by name, as a new user runs them from an empty folder -----------------------
 
 TFMOT_MISSING = (

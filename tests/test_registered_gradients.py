@@ -26,6 +26,7 @@ from gradcheck.loss import Draw
 from gradcheck.results import Problem
 from gradcheck.subjects import find_subjects
 from tests.helpers import (
+    blamed,
     by_name,
     copy_fixture,
     fixture_module_alone,
@@ -209,6 +210,21 @@ def test_following_the_hint_passes_the_surrogate(folder: Path) -> None:
     config.write_text('[functions.round_straight_through]\ninputs = { x = [3, 4] }\nreference = "none"\n')
     result = run_json(str(folder / "registered_ops.py::round_straight_through"), "-c", str(config))["results"][0]
     assert result["status"] == "passed", result["problems"]
+
+
+def test_a_registered_surrogate_is_checked_against_its_proxy(folder: Path) -> None:
+    # round(x) * 3 with the identity registered for Round: it stands for the derivative of 3x.
+    target = str(folder / "registered_ops.py::round_straight_through")
+    for proxy, status in (
+        ('"gradcheck.proxies:scale"\nconstants = { scale = 3.0 }', "passed"),
+        ('"gradcheck.proxies:identity"', "failed"),
+    ):
+        config = folder / "proxy.toml"
+        config.write_text(f"[functions.round_straight_through]\ninputs = {{ x = [3, 4] }}\nproxy = {proxy}\n")
+        for mode in ("fast", "full"):
+            result = run_json(target, "-c", str(config), "--mode", mode)["results"][0]
+            assert result["status"] == status, (proxy, mode, result["problems"])
+            assert status == "passed" or blamed(result) == {("numeric", "x")}
 
 
 def test_the_text_report_shows_the_hint(folder: Path) -> None:

@@ -113,6 +113,44 @@ def test_native_not_differentiable_here_is_set_aside() -> None:
     assert settled.verdict is U and "not differentiable by TensorFlow" in notes[0]
 
 
+def test_full_mode_sets_native_aside_only_where_it_misses_the_finite_differences() -> None:
+    tol = tolerance("float64", "numeric")
+    whole = evidence.NumericEvidence(A, gradient=GOT.copy(), error=np.full(3, 1e-9))
+    # No native path (a forward pass in numpy): native autodiff's zeros are no derivative of it.
+    set_aside, notes = refine.native_off_the_derivative(judged(0), native(np.zeros(3)), whole, tol)
+    assert set_aside.verdict is U and "not differentiable by TensorFlow" in notes[0]
+    # Native autodiff within the finite differences' reach of them stays evidence (it may still disagree).
+    close = GOT + np.array([0.0, 0.0, 1e-5])
+    kept, notes = refine.native_off_the_derivative(judged(0), native(close), whole, tol)
+    assert kept.verdict is D and notes == ()
+    # Where some finite difference cannot tell (its error bound agrees with anything: a chaotic forward
+    # pass), the custom gradient's agreement proves nothing, and native autodiff is not set aside.
+    vague = evidence.NumericEvidence(A, gradient=GOT.copy(), error=np.array([1e-9, 1e-9, 100.0]))
+    kept, _ = refine.native_off_the_derivative(judged(0), native(np.zeros(3)), vague, tol)
+    assert kept.verdict is D
+
+
+def test_a_native_gradient_of_another_shape_is_no_evidence() -> None:
+    from gradcheck.instrument import Outcome
+
+    found = evidence.native_evidence(
+        judged(0), Outcome("eager", grads={"x": np.zeros(())}), tolerance("float64", "native")
+    )
+    assert found.verdict is U and "in shape (), not (3,)" in found.notes[0]
+
+
+def test_a_custom_gradient_of_another_shape_is_a_shape_problem() -> None:
+    misshapen = evidence.Judged(SOURCE, 0, {"x": np.zeros(3)}, np.zeros((3, 1)), None, "eager", 2)  # type: ignore[arg-type]
+    result = verdict.misshapen_verdict(misshapen, [])
+    [problem] = result.problems
+    assert result.final and (problem.check, problem.order, problem.expected, problem.got) == (
+        "shape",
+        2,
+        "(3,)",
+        "(3, 1)",
+    )
+
+
 def test_a_quick_stage_may_stand_only_where_agreement_settles_the_gradient() -> None:
     # Native autodiff disagreeing is a problem, or is settled from the careful stage's projections.
     assert verdict.agreement_settles(judging(), judged(0), native(GOT), native_ran=True)

@@ -190,6 +190,16 @@ STRUCTURE: dict[str, dict[str, Key]] = {
             "The constructor's keyword arguments: a layer's, or the class's of a method (in `[classes.NAME]` "
             "for every method at once). Values as in `constants`.",
         ),
+        "proxy": Key(
+            '`"module:function"`, as an import value names its object',
+            "none: the gradient is the forward pass's own derivative",
+            '[functions.st_round]\ninputs = { x = [16] }\nproxy = "gradcheck.proxies:identity"',
+            "A surrogate gradient on purpose: the function (same arguments) whose derivative the backward "
+            "function returns. The references take the forward pass's value and the proxy's derivative, and a "
+            "layer reaching the function uses it too; a `constants` entry the function does not take goes to the "
+            "proxy. gradcheck's own are named directly: `gradcheck.proxies:identity`, `negation`, `hard_tanh`, "
+            "`clip`, `scale`. More in [the guide](verdicts.md#surrogate-gradients).",
+        ),
     },
     "class": {
         "init": Key("a table of keyword argument = value", "empty", "", "As `init` in a function's table."),

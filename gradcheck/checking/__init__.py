@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from gradcheck import tracebacks
-from gradcheck.checking import audit, draw_loop, executions
+from gradcheck.checking import audit, draw_loop, executions, proxied
 from gradcheck.checking.build import (
     Built,
     NeedsConfig,
@@ -59,7 +59,7 @@ from gradcheck.checking.draws import (
     redraw_layer_weights,
     seeded_upstreams,
 )
-from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem
+from gradcheck.checking.exceptions import UserCodeError, describe_exception, exception_problem, first_line
 from gradcheck.checking.findings import Findings, Prepared
 from gradcheck.checking.probe import ShapeGuess, guess_shapes, probe
 from gradcheck.checking.request import CheckRequest
@@ -73,6 +73,7 @@ from gradcheck.loss import Draw
 from gradcheck.results import Problem, Result, format_shape
 from gradcheck.sampling import subject_rng
 from gradcheck.targets import ReachingTarget
+from gradcheck.targets.proxy import ProxyError, inner_target
 
 __all__ = ["CheckRequest", "ShapeGuess", "check_subject", "guess_shapes", "input_records"]
 
@@ -163,6 +164,9 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
             findings.domain.append("the forward output was NaN or Inf")
         return "failed"
     outcomes = {e: prepared.harness.custom(draw, e) for e in request.settings.executions}
+    clash = _backward_dtype_clash(outcomes) if findings.dtype == "float64" else None
+    if clash is not None:
+        return _float32(request, findings, clash, "the backward function")
     retry = keyword_convention(prepared.plan, request.subject.kind, outcomes, keywords)
     if retry:
         prepared.harness.restore()
@@ -172,9 +176,8 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         )
         return _Retry(findings.dtype, keywords | retry)
     subject = request.subject
-    seen = subject.kind.reached(
-        subject, outcomes, table_key(request), request.settings.reference, prepared.built.target
-    )
+    target = inner_target(prepared.built.target)
+    seen = subject.kind.reached(subject, outcomes, table_key(request), request.settings.reference, target)
     if seen is not None:
         request, status = _reached(request, seen, findings)
         if status is not None:
@@ -187,7 +190,7 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         return "error"
     judged = {e: o for e, o in outcomes.items() if seen is None or seen.judged is None or e in seen.judged}
     if judged and values_comparable(request, prepared, findings):
-        compare_values(request, prepared, judged, audited.not_tensors, findings)
+        compare_values(request, prepared, judged, audited, findings)
     return "failed" if findings.problems else "passed"
 
 
@@ -214,7 +217,7 @@ def _as_written(prepared: Prepared, draw: Draw, executions: tuple[str, ...]) -> 
     ``gradient_override_map`` inside one, so a registered gradient would go
     unchecked (and the default one be checked in its place).
     """
-    target = prepared.built.target
+    target = inner_target(prepared.built.target)
     if isinstance(target, ReachingTarget):
         target.as_written = True
     prepared.harness.forget_traces()
@@ -230,6 +233,7 @@ def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         return plan
     findings.plan = plan
     findings.harness = None
+    built = proxied.with_proxies(built, request)
     settings = request.settings
     try:
         # Frozen before the first forward pass, so that its tensors serve the later passes too.
@@ -243,6 +247,8 @@ def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]
     except Exception as error:  # the forward pass raised
         if raised_by_gradcheck(error) or isinstance(error, InputTooLarge):
             raise
+        if isinstance(error, ProxyError):
+            raise UserCodeError(first_line(error)) from error
         if dtype == "float64" and dtype_clash(error):
             return _float32(request, findings, error)
         findings.problems.append(exception_problem("forward pass raised", error, _path(request)))
@@ -263,6 +269,8 @@ def _prepare(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         findings.skip_reason = empty
         return "skipped"
     findings.note(*draw_loop.complex_notes(harness.output_labels))
+    if (note := proxied.proxy_note(built.target)) is not None:
+        findings.note(note)
     return Prepared(built, plan, harness, draws, None if redrawn else outputs)
 
 
@@ -280,7 +288,7 @@ def _planned(
         if probed.plan is None:
             findings.skip_reason = probed.skip_reason
             return "skipped"
-        findings.notes.append(probed.note)  # type: ignore[arg-type]
+        findings.note(probed.note)  # type: ignore[arg-type]
         plan = probed.plan
     if findings.redrawn_because:
         plan = _narrowed(plan, findings)
@@ -322,15 +330,33 @@ def _narrowed(plan: CallPlan, findings: Findings) -> CallPlan:
     return plan
 
 
-def _float32(request: CheckRequest, findings: Findings, error: BaseException) -> str | _Retry:
-    """Float64 inputs met float32 code: rerun in float32, unless the user chose the dtype."""
+def _backward_dtype_clash(outcomes: Mapping[str, Outcome]) -> BaseException | None:
+    """The error of a backward function that raised on float64 in every execution mode (float32 constants
+    met float64 gradients: Keras constants are float32), or None."""
+    errors = [o.error for o in outcomes.values()]
+    backward = all(any(r.phase == "backward" for r in o.records) for o in outcomes.values())
+    if backward and errors and all(e is not None and dtype_clash(e) for e in errors):
+        return errors[0]
+    return None
+
+
+def _float32(
+    request: CheckRequest, findings: Findings, error: BaseException, raised: str = "the forward pass"
+) -> str | _Retry:
+    """Float64 inputs met float32 code (``raised``: the part that raised): rerun in float32, unless the user
+    chose the dtype."""
     if request.dtype_given:
-        problem = exception_problem(f"forward pass raised with {findings.dtype} inputs", error, _path(request))
-        hint = 'the code mixes in float32 constants: check it with --dtype float32 (or dtype = "float32")'
+        problem = exception_problem(
+            f"{raised.removeprefix('the ')} raised with {findings.dtype} inputs", error, _path(request)
+        )
+        hint = (
+            "the code mixes in float32 constants: check it with --dtype float32 "
+            f'(or dtype = "float32" in {table_key(request)})'
+        )
         findings.problems.append(replace(problem, hint=hint))
         return "error"
     findings.notes.append(
-        "ran in float32: with float64 inputs the forward pass raised "
+        f"ran in float32: with float64 inputs {raised} raised "
         f"({describe_exception(error, _path(request))}), so the code is written for float32; "
         "tolerances and steps are float32's"
     )
@@ -370,8 +396,10 @@ def _audit(
     )
     audits = {execution: audit.audit(audited, outcome) for execution, outcome in outcomes.items()}
     findings.problems.extend(audit.keyword_problems(prepared.plan))
-    findings.problems.extend(executions.merge_audits(prepared.plan, {e: a.problems for e, a in audits.items()}))
-    return audit.Audit([], frozenset().union(*(a.not_tensors for a in audits.values())))
+    table = f"{request.config_label}: {table_key(request)}"
+    findings.problems.extend(executions.merge_audits(prepared.plan, {e: a.problems for e, a in audits.items()}, table))
+    misshapen = {name: shape for a in audits.values() for name, shape in a.misshapen.items()}
+    return audit.Audit([], frozenset().union(*(a.not_tensors for a in audits.values())), misshapen)
 
 
 def _fed_dtype(findings: Findings) -> str:

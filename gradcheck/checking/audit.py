@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,11 +17,17 @@ import numpy as np
 from gradcheck.checking.diagnose import shape_hint
 from gradcheck.checking.exceptions import exception_problem, message_of, strip_ansi
 from gradcheck.inputs import CallPlan
-from gradcheck.instrument import BackwardRecord, Outcome
+from gradcheck.instrument import BackwardRecord, Outcome, ReturnedGradient
 from gradcheck.kinds import SubjectKind
 from gradcheck.results import Problem, format_shape
 
 _VARIABLES_REFUSED = "must accept keyword argument 'variables'"
+#: How ``tf.gradients`` (a ``tf.function``'s gradient) refuses a gradient whose shape its op input cannot take.
+_REFUSED_SHAPE = re.compile(
+    r"Incompatible shapes between op input and calculated input gradient\. Forward operation: (?P<op>.+?)\. "
+    r"Input index: (?P<index>\d+)\. Original input shape: (?P<expected>\(.*?\)|<unknown>)\. "
+    r"Calculated input gradient shape: (?P<got>\(.*?\)|<unknown>)"
+)
 _VARIABLES_HINT = (
     "accept variables=None in the backward function and return (input_gradients, variable_gradients), "
     "or pass tf.convert_to_tensor(weight) into the custom-gradient function instead of the variable"
@@ -65,6 +71,9 @@ class Audit:
 
     problems: list[Problem]
     not_tensors: frozenset[str] = frozenset()
+    misshapen: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """The sources (inputs, variables) whose gradient TensorFlow handed back in another shape than
+    theirs, with that shape: their values cannot be compared."""
 
 
 def _plural(count: int, word: str) -> str:
@@ -104,8 +113,9 @@ def audit(subject: Audited, outcome: Outcome) -> Audit:
     records = outcome.records
     if error is not None and _VARIABLES_REFUSED in message_of(error):
         return Audit([variables_refused(subject, error, records)])
+    refused = refused_shape(error) if error is not None else None
     failed = next((r for r in records if r.phase != "backward-done"), None)
-    if error is not None and (failed is not None or not records):
+    if error is not None and refused is None and (failed is not None or not records):
         if failed is not None and failed.malformed and failed.returned is None:
             return Audit([Problem("exception", None, failed.malformed)])
         where = _FAILED_PHASE[failed.phase if failed is not None else "forward"]
@@ -120,13 +130,68 @@ def audit(subject: Audited, outcome: Outcome) -> Audit:
             problems.extend(audit_variables(subject.name_variable, record))
         if record.malformed and record.returned is not None:
             problems.append(Problem("variables", None, record.malformed, hint=_VARIABLES_HINT))
-    if error is not None and not problems:
+    if refused is not None and not any(p.check == "shape" for p in problems):
+        problems.append(refused)
+    elif error is not None and not problems:
         problems.append(
             exception_problem("TensorFlow raised after the backward function returned", error, subject.path)
         )
     if outcome.ok and not subject.wrapper:
         problems.extend(grad_fn_called(subject.plan, records))
-    return Audit(problems, frozenset(not_tensors))
+    explained = any(p.check in ("shape", "variables", "count") for p in problems)
+    shaped = audit_gradient_shapes(subject, outcome.grads or {}, explained)
+    return Audit(problems + shaped.problems, frozenset(not_tensors), shaped.misshapen)
+
+
+def refused_shape(error: BaseException) -> Problem | None:
+    """TensorFlow refusing, inside a ``tf.function``, a gradient whose shape its op input cannot take.
+
+    Eagerly TensorFlow hands such a gradient on as it is; ``tf.gradients``, which differentiates a
+    ``tf.function``, raises. Where the backward function's own record shows the shape, the audit of
+    that record says more; this is for gradients no record sees (a gradient registered for an op).
+    """
+    found = _REFUSED_SHAPE.search(strip_ansi(message_of(error)))
+    if found is None:
+        return None
+    return Problem(
+        "shape",
+        None,
+        f"TensorFlow refuses the gradient of input {found['index']} of the op {found['op']}: it has shape "
+        f'{found["got"]}, the input {found["expected"]} ("Incompatible shapes between op input and calculated '
+        'input gradient")',
+        expected=found["expected"],
+        got=found["got"],
+        hint="return a gradient of its input's shape: sum over broadcast axes, or tf.reshape(grad, tf.shape(input))",
+    )
+
+
+def audit_gradient_shapes(subject: Audited, grads: Mapping[str, Any], explained: bool) -> Audit:
+    """The gradients of the subject's own inputs and variables as TensorFlow handed them back, each of its
+    source's shape.
+
+    A backward function's gradient of the wrong shape reaches the subject's input as it is where nothing
+    in between reshapes it (eagerly TensorFlow hands it on): its values cannot be compared, and the
+    sources it reached are returned for the value checks to skip. It is a problem of its own only where
+    the audit found nothing that explains it (``explained``: a gradient registered for an op, which no
+    record sees).
+    """
+    inputs = {a.name: a.spec.shape for a in subject.plan.differentiable if a.spec is not None}
+    variables = {name: tuple(variable.shape.as_list()) for name, variable in subject.variables}
+    expected = {**inputs, **variables}
+    misshapen = {
+        name: tuple(np.shape(gradient))
+        for name, gradient in grads.items()
+        if gradient is not None
+        and None not in expected.get(name, (None,))
+        and tuple(np.shape(gradient)) != expected[name]
+    }
+    problems: list[Problem] = []
+    for name, shape in ({} if explained else misshapen).items():
+        if name in variables:
+            problems += _variable_gradient(name, "", ReturnedGradient("tensor", shape, None, "Tensor"), variables)
+        else:
+            problems += _slot_shape(Slot(name, "input", inputs[name]), shape, misshapen, inputs)
+    return Audit(problems, misshapen=misshapen)
 
 
 def grad_fn_called(plan: CallPlan, records: list[BackwardRecord]) -> list[Problem]:

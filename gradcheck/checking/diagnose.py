@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from gradcheck.checking import surrogates
 from gradcheck.results import Problem
 
 if TYPE_CHECKING:
@@ -46,8 +47,10 @@ def value_hint(
     expected: np.ndarray,
     expected_with_ones: np.ndarray | None = None,
     pattern_rtol: float = 1e-3,
+    declaring: surrogates.Declaring | None = None,
 ) -> str | None:
-    """The likely bug behind a gradient that differs in value, where it is recognisable."""
+    """The likely bug behind a gradient that differs in value, where it is recognisable (``declaring``: where a
+    surrogate's proxy line would go)."""
     got = np.asarray(got, dtype=np.float64)
     expected = np.asarray(expected, dtype=np.float64)
     if got.shape != expected.shape or not np.all(np.isfinite(got)):
@@ -57,9 +60,8 @@ def value_hint(
     # A reference that is finite-difference noise beside this gradient (a step function's) is zero.
     if expected_norm <= pattern_rtol * got_norm or expected_norm == 0:
         if got_norm > 0:
-            return (
-                "the reference gradient is zero but this one is not: if a surrogate gradient "
-                'is intended (straight-through, clipping), set reference = "none"'
+            return "the reference gradient is zero but this one is not: a surrogate gradient (straight-through, " + (
+                f"clipping)? {surrogates.declare(None, declaring)}"
             )
         return None
     if got_norm <= pattern_rtol * expected_norm:
@@ -148,6 +150,7 @@ def pass_through(got: np.ndarray, upstream: np.ndarray, pattern_rtol: float = 1e
     upstream = np.asarray(upstream, dtype=np.float64)
     if got.shape != upstream.shape or not np.any(got) or not np.all(np.isfinite(got)):
         return None
+    kept = surrogates.kept_mask(got, upstream, pattern_rtol)
     factor = float(np.sum(got * upstream) / max(float(np.sum(upstream * upstream)), 1e-300))
     if close(got, factor * upstream, pattern_rtol):
         if abs(factor - 1) <= pattern_rtol:
@@ -155,23 +158,49 @@ def pass_through(got: np.ndarray, upstream: np.ndarray, pattern_rtol: float = 1e
         if abs(factor + 1) <= pattern_rtol:
             return "with its sign reversed"
         return f"scaled by {factor:.4g}"
-    scale = float(np.max(np.abs(upstream)))
-    kept = np.abs(got - upstream) <= pattern_rtol * scale
-    dropped = np.abs(got) <= pattern_rtol * scale
-    if np.all(kept | dropped) and kept.any() and dropped.any():
+    if kept is not None:
         return "where a mask keeps it (a clipped pass-through)"
     return None
 
 
-def surrogate_hint(got: np.ndarray, expected: np.ndarray, upstream: np.ndarray | None) -> str | None:
+def surrogate_hint(
+    got: np.ndarray,
+    expected: np.ndarray,
+    upstream: np.ndarray | None,
+    declaring: surrogates.Declaring | None = None,
+    values: np.ndarray | None = None,
+) -> str | None:
     """Recognise a surrogate gradient: the upstream passed through where the true derivative differs.
 
     Straight-through estimators, gradient scaling and reversal, and clipped
     pass-throughs look like sign, factor or swap bugs by value. Those
     readings are plausible only where the forward pass is itself a scaled
     identity other than the identity (``y = k x``): then a pass-through may
-    be a forgotten factor, and no surrogate hint is given.
+    be a forgotten factor, and no surrogate hint is given. With
+    ``declaring`` (and the input's drawn ``values``, for a clip's bound),
+    the hint gives the proxy line for the function's table.
     """
+    how = surrogate_reading(got, expected, upstream)
+    if how is None or upstream is None:
+        return None
+    expected = np.asarray(expected, dtype=np.float64)
+    upstream = np.asarray(upstream, dtype=np.float64)
+    if not np.any(expected):
+        truth = "the forward pass's derivative is zero"
+    elif close(expected, upstream):
+        truth = "the forward pass is the identity"
+    else:
+        truth = "the forward pass's derivative differs"
+    advice = surrogates.advice(how, declaring, values, got, upstream)
+    return (
+        f"the gradient is the upstream gradient passed through {how}, while {truth}: a surrogate gradient "
+        f"(straight-through, gradient scaling or reversal, clipping)? {advice}"
+    )
+
+
+def surrogate_reading(got: np.ndarray, expected: np.ndarray, upstream: np.ndarray | None) -> str | None:
+    """How a gradient that is no derivative of its forward pass passes the upstream through (see
+    :func:`pass_through`), where that reads as a surrogate on purpose; None otherwise."""
     if upstream is None:
         return None
     how = pass_through(got, upstream)
@@ -181,32 +210,29 @@ def surrogate_hint(got: np.ndarray, expected: np.ndarray, upstream: np.ndarray |
     upstream = np.asarray(upstream, dtype=np.float64)
     factor = float(np.sum(expected * upstream) / max(float(np.sum(upstream * upstream)), 1e-300))
     linear = close(expected, factor * upstream) and abs(factor) > 1e-3 and abs(factor - 1) > 1e-3
-    if linear:
-        return None
-    if not np.any(expected):
-        truth = "the forward pass's derivative is zero"
-    elif close(expected, upstream):
-        truth = "the forward pass is the identity"
-    else:
-        truth = "the forward pass's derivative differs"
-    return (
-        f"the gradient is the upstream gradient passed through {how}, while {truth}: a surrogate gradient "
-        '(straight-through, gradient scaling or reversal, clipping)? If intended, set reference = "none"'
-    )
+    return None if linear else how
 
 
-def identity_forward_hint(got: np.ndarray, expected: np.ndarray, upstream: np.ndarray | None) -> str | None:
+def identity_forward_hint(
+    got: np.ndarray,
+    expected: np.ndarray,
+    upstream: np.ndarray | None,
+    declaring: surrogates.Declaring | None = None,
+    factor: np.ndarray | None = None,
+) -> str | None:
     """The last reading of a gradient no other hint explains, where the forward pass is the identity.
 
     The true gradient is then the upstream itself, so a backward function
-    that computes anything else (``dy * scale``, with ``scale`` another input)
-    is most likely a surrogate on purpose (sonnet's ``scale_gradient``).
+    that computes anything else (``dy * scale``, with ``scale`` another input,
+    whose values are ``factor``) is most likely a surrogate on purpose
+    (sonnet's ``scale_gradient``).
     """
     if upstream is None or not np.any(upstream) or not close(np.asarray(expected, np.float64), upstream):
         return None
+    line = surrogates.scaled_by_argument(got, upstream, factor, declaring) if factor is not None else None
     return (
         "the gradient is not the upstream gradient, while the forward pass is the identity: a surrogate "
-        '(gradient scaling or reversal, straight-through)? If intended, set reference = "none"'
+        f"(gradient scaling or reversal, straight-through)? {surrogates.declare(line, declaring)}"
     )
 
 
@@ -245,6 +271,8 @@ class Rerun:
     numeric_only_table: str | None = None
     """Set where the subject reaches no custom gradient (TensorFlow's own gradient was checked against
     finite differences): its config table, ``[functions.NAME]``, for the hint that shows the line to add."""
+    declaring: surrogates.Declaring | None = None
+    """Where a surrogate's proxy line goes, and the proxy already declared: for the surrogate hints."""
 
 
 def with_hints(problems: list[Problem], verdicts: Mapping[str, HintEvidence], rerun: Rerun) -> list[Problem]:
@@ -254,13 +282,24 @@ def with_hints(problems: list[Problem], verdicts: Mapping[str, HintEvidence], re
     for n, v in verdicts.items():
         if v.custom is not None and v.expected is not None:
             customs[n], expected[n] = v.custom, v.expected
-    surrogates = {
+    declaring = rerun.declaring
+    declared = declaring.declared if declaring is not None else None
+    passed = {
         n: hint
         for n in customs
-        if (hint := surrogate_hint(customs[n], expected[n], upstream_of(rerun, customs[n].shape))) is not None
+        if not declared
+        and (
+            hint := surrogate_hint(
+                customs[n],
+                expected[n],
+                upstream_of(rerun, customs[n].shape),
+                declaring,
+                surrogates.drawn(rerun.draw.values, n),
+            )
+        )
     }
     # A surrogate's gradient is no other input's gradient misplaced: no swap reading for it.
-    swaps = swap_hint({n: g for n, g in customs.items() if n not in surrogates}, expected)
+    swaps = swap_hint({n: g for n, g in customs.items() if n not in passed}, expected)
     ones: dict[str, np.ndarray] | None = None
     hinted = []
     for problem in problems:
@@ -269,21 +308,26 @@ def with_hints(problems: list[Problem], verdicts: Mapping[str, HintEvidence], re
             hinted.append(_numeric_only_hinted(problem, rerun.subject_name, rerun.numeric_only_table))
             continue
         if problem.hint is None and problem.check in ("native", "numeric") and name in expected:
-            hint = (surrogates.get(name) if problem.order == 1 else None) or swaps.get(name)
-            if problem.order == 1 and verdicts[name].returned_none:
+            first = problem.order == 1
+            hint = surrogates.against_proxy(customs[name], expected[name], declared) if declared and first else None
+            hint = hint or (passed.get(name) if first else None) or swaps.get(name)
+            if first and verdicts[name].returned_none:
                 hint = none_hint(argument_name(rerun.plan, name))
-            if hint is None and problem.order == 1:
+            if hint is None and first:
                 hint = conjugate_hint(rerun, name, customs[name], expected[name])
             if hint is None:
                 if ones is None:
                     ones = native_with_ones_upstream(rerun)
-                hint = value_hint(customs[name], expected[name], ones.get(name))
-            if hint is None and problem.order == 1:
+                hint = value_hint(customs[name], expected[name], ones.get(name), declaring=declaring)
+            if hint is None and first:
                 hint = upstream_hint(rerun, name, customs[name])
-            if hint is None and problem.order == 1:
+            if hint is None and first:
                 hint = transposed_operand_hint(rerun, name, expected[name])
-            if hint is None and problem.order == 1:
-                hint = identity_forward_hint(customs[name], expected[name], upstream_of(rerun, customs[name].shape))
+            if hint is None and first and not declared:
+                factor = surrogates.drawn(rerun.draw.values, declaring.second_input if declaring is not None else None)
+                hint = identity_forward_hint(
+                    customs[name], expected[name], upstream_of(rerun, customs[name].shape), declaring, factor
+                )
             if hint is not None:
                 problem = replace(problem, hint=hint)
         hinted.append(problem)
@@ -313,7 +357,7 @@ def registered_gradient_hint(subject: str, table: str) -> str:
         f"{subject} reaches no tf.custom_gradient: this is TensorFlow's own gradient (the gradients registered "
         "for the ops it runs, tf.RegisterGradient and gradient_override_map included) differing from finite "
         "differences. Quantization and rounding ops (FakeQuant, straight-through estimators) register surrogate "
-        f'gradients on purpose; if that is intended, set reference = "none": {table} reference = "none"'
+        f"gradients on purpose; if that is intended, {surrogates.declare_numeric_only(table)}"
     )
 
 
@@ -322,7 +366,7 @@ def unreliable_numeric_only_hint(subject: str, table: str) -> str:
     return (
         f"{subject} reaches no tf.custom_gradient, so finite differences are its only reference: draw inputs "
         "away from the kink (low, high), or if TensorFlow's gradient is a surrogate on purpose (a rounding or "
-        f'quantization op\'s straight-through gradient), set reference = "none": {table} reference = "none"'
+        f"quantization op's straight-through gradient), {surrogates.declare_numeric_only(table)}"
     )
 
 

@@ -17,7 +17,14 @@ import numpy as np
 
 from gradcheck.checking.evidence import Judged, Judging, custom_gradient, gradient_label
 from gradcheck.checking.refine import FirstLook, first_look, gather_evidence
-from gradcheck.checking.verdict import MAX_DRAWS, Verdict, decide, non_finite_verdict, uncomputed_second_order
+from gradcheck.checking.verdict import (
+    MAX_DRAWS,
+    Verdict,
+    decide,
+    misshapen_verdict,
+    non_finite_verdict,
+    uncomputed_second_order,
+)
 from gradcheck.finite_differences import BatchedLoss, Loss, one_at_a_time
 from gradcheck.harness import Harness, Source
 from gradcheck.instrument import Outcome, raised_by_gradcheck
@@ -52,6 +59,8 @@ def judge_source(
     """The verdict on one source's gradient at one draw (a non-finite custom gradient needs no reference)."""
     got, notes = custom_gradient(source, custom, order)
     judged = Judged(source, draw, values, got, losses, custom.execution, order)
+    if got.shape != source.shape:  # the audit found it at the first draw; here a later draw or order 2 did
+        return misshapen_verdict(judged, notes)
     if not np.all(np.isfinite(got)):
         return non_finite_verdict(judged, notes, native)
     verdict = judge(judging, judged, native, notes, look)

@@ -39,6 +39,7 @@ from gradcheck.finite_differences import (
 )
 from gradcheck.harness import Source
 from gradcheck.instrument import Outcome
+from gradcheck.results import format_shape
 from gradcheck.sampling import subject_rng, symmetrize
 
 #: Beyond this many Jacobian entries (input elements x output elements), full mode checks
@@ -164,6 +165,13 @@ def native_evidence(judged: Judged, native: Outcome | None, tol: Tolerance) -> N
     source = judged.source
     raw = native.grads.get(source.name) if native.grads else None
     gradient = np.zeros(source.shape) if raw is None else raw
+    if np.shape(gradient) != source.shape:
+        note = (
+            f"native autodiff gives the {judged.what} in shape {format_shape(np.shape(gradient))}, not "
+            f"{format_shape(source.shape)} (the gradient TensorFlow has for an op of the forward pass, such as "
+            "tf.py_function, does not fit it); finite differences judge it"
+        )
+        return NativeEvidence(Evidence.UNAVAILABLE, notes=(note,))
     if source.symmetric:
         gradient = symmetrize(gradient)
     finite = np.isfinite(gradient)
@@ -234,13 +242,19 @@ def judge_full(
     result = compare_elementwise(got, gradient, tol, expected_error=error)
     if result.ok:
         return result, True
-    # An element's finite difference is trusted when its own error is small
-    # next to the values being compared (either side), as for projections.
+    strict = compare_elementwise(got, gradient, tol, expected_error=error, mask=reliable(got, gradient, error, tol))
+    return result, (None if strict.ok else False)
+
+
+def reliable(got: np.ndarray, gradient: np.ndarray, error: np.ndarray, tol: Tolerance) -> np.ndarray:
+    """The elements whose finite difference (``gradient``, ``error``) can judge ``got``.
+
+    An element's finite difference is trusted when its own error is small
+    next to the values being compared (either side), as for projections.
+    """
     size = np.maximum(np.abs(gradient), np.abs(got))
     magnitude = float(np.max(size, initial=0.0))
-    reliable = error <= UNRELIABLE * (size + NOISE_FLOOR * magnitude + tol.atol)
-    strict = compare_elementwise(got, gradient, tol, expected_error=error, mask=reliable)
-    return result, (None if strict.ok else False)
+    return np.asarray(error <= UNRELIABLE * (size + NOISE_FLOOR * magnitude + tol.atol))
 
 
 #: The quick stage accepts a projection only when its whole error budget fits in this fraction of the
@@ -417,4 +431,4 @@ def custom_gradient(source: Source, custom: Outcome, order: int) -> tuple[np.nda
             else f"the gradient of {name} does not depend on the inputs through TF ops (None): compared as zeros"
         )
         raw = np.zeros(source.shape)
-    return (symmetrize(raw) if source.symmetric else raw), notes
+    return (symmetrize(raw) if source.symmetric and raw.shape == source.shape else raw), notes

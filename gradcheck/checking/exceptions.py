@@ -37,6 +37,12 @@ def _message_lines(error: BaseException) -> list[str]:
     ]
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of what ``error`` says, without the paragraph Keras wraps around errors in ``call()``."""
+    lines = _message_lines(error)
+    return lines[0] if lines else type(error).__name__
+
+
 def describe_exception(error: BaseException, path: str | None) -> str:
     """``file:line in func: Type: first line of the message``, pointing at the user's frame."""
     frame = tracebacks.user_frame(error, path) if path is not None else None
@@ -66,6 +72,26 @@ def user_traceback(error: BaseException, path: str | None) -> str:
     return "".join(traceback.format_exception(type(error), error, tb))
 
 
+#: What TensorFlow says where code that reads a tensor's value meets a symbolic tensor (in a tf.function).
+_NEEDS_VALUES = (
+    "object has no attribute 'numpy'",
+    "numpy() is only available when eager execution is enabled",
+    "Cannot convert a symbolic",
+)
+
+
+def needs_eager(error: BaseException) -> bool:
+    """True when ``error`` (or a cause) says the code runs eagerly only: it reads a tensor's value
+    (``.numpy()``, a numpy call on it) or asserts ``tf.executing_eagerly()``."""
+    for item in tracebacks.exception_chain(error):
+        if any(text in message_of(item) for text in _NEEDS_VALUES):
+            return True
+        frames = traceback.extract_tb(item.__traceback__)
+        if isinstance(item, AssertionError) and frames and "executing_eagerly" in (frames[-1].line or ""):
+            return True
+    return False
+
+
 def exception_problem(what: str, error: BaseException, path: str | None, described: bool = True) -> Problem:
     """An ``exception`` problem: ``what: file:line in func: Type: message``, with the user's traceback and line.
 
@@ -78,4 +104,5 @@ def exception_problem(what: str, error: BaseException, path: str | None, describ
         message,
         traceback=user_traceback(error, path),
         line=user_line(error, path),
+        reason="eager-only" if needs_eager(error) else None,
     )

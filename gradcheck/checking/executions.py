@@ -16,12 +16,13 @@ from gradcheck.instrument import Outcome
 from gradcheck.results import Problem
 
 
-def merge_audits(plan: CallPlan, audits: Mapping[str, list[Problem]]) -> list[Problem]:
+def merge_audits(plan: CallPlan, audits: Mapping[str, list[Problem]], table: str) -> list[Problem]:
     """One list of audit problems over the execution modes.
 
     A problem seen in every mode is reported once with no execution; one
     seen in some modes only carries the mode. Where a mode raised and
-    another did not, that is an ``execution`` problem, not an error.
+    another did not, that is an ``execution`` problem, not an error
+    (``table``: where the subject's config goes, ``gradcheck.toml: [functions.NAME]``, for its hint).
     """
     if len(audits) == 1:
         return next(iter(audits.values()))
@@ -34,7 +35,7 @@ def merge_audits(plan: CallPlan, audits: Mapping[str, list[Problem]]) -> list[Pr
             if key in common:
                 continue
             if problem.check == "exception" and raised != set(audits):
-                merged.append(execution_failure(plan, execution, problem))
+                merged.append(execution_failure(plan, execution, problem, table))
             elif problem.check == "variables" and problem.input is None:
                 other = "inside tf.function" if execution == "eager" else "eagerly"
                 message = problem.message + f" (the same code runs {other}, where the variable arrives as a tensor)"
@@ -44,8 +45,9 @@ def merge_audits(plan: CallPlan, audits: Mapping[str, list[Problem]]) -> list[Pr
     return merged
 
 
-def execution_failure(plan: CallPlan, execution: str, problem: Problem) -> Problem:
-    """An exception seen in one execution mode only, as an ``execution`` problem with the likely cause."""
+def execution_failure(plan: CallPlan, execution: str, problem: Problem, table: str) -> Problem:
+    """An exception seen in one execution mode only, as an ``execution`` problem with the likely cause
+    (``table``: where the subject's config goes, for a hint that names a key to set there)."""
     where = "inside tf.function" if execution == "function" else "eagerly"
     other = "eagerly" if execution == "function" else "inside tf.function"
     hint = None
@@ -58,6 +60,11 @@ def execution_failure(plan: CallPlan, execution: str, problem: Problem) -> Probl
             hint = (
                 f"inside tf.function, custom_gradient refuses keyword arguments: pass {names} positionally "
                 "(returning None for it), or bind it with functools.partial"
+            )
+        elif problem.reason == "eager-only":
+            hint = (
+                "the code runs eagerly only (it reads tensor values: .numpy(), numpy calls, or asserts "
+                f'tf.executing_eagerly()); where that is meant, check it eagerly: add to {table} execution = "eager"'
             )
         elif constants:
             hint = constant_hint(constants)

@@ -29,10 +29,12 @@ from gradcheck.checking.evidence import (
     custom_gradient,
     difference_step,
     full_evidence,
+    judge_full,
     native_evidence,
     numeric_evidence,
     plainly_agrees,
     random_directions,
+    reliable,
 )
 from gradcheck.checking.verdict import agreement_settles
 from gradcheck.compare import Tolerance, compare_elementwise, tolerance
@@ -92,7 +94,7 @@ def first_look(
     directions: list[dict[str, np.ndarray]] = [{} for _ in range(count)]
     for source in sources:
         got, _ = custom_gradient(source, custom, 1)
-        if not np.all(np.isfinite(got)):
+        if got.shape != source.shape or not np.all(np.isfinite(got)):
             return FirstLook(natives, agrees=False)
         judged = Judged(source, draw, values, got, losses, custom.execution, 1)
         tol_native = tolerance(tolerance_dtype, "native", settings.rtol, settings.atol)
@@ -162,8 +164,40 @@ def gather_evidence(
                 native, below = native_below_resolution(judged, native, tol_numeric)
                 refined = (*refined, *below)
     elif numeric.verdict is Evidence.AGREES and native.verdict is Evidence.DISAGREES:
-        native, refined = native_below_resolution(judged, native, tol_numeric)
+        native, refined = native_off_the_derivative(judged, native, numeric, tol_numeric)
+        if native.verdict is Evidence.DISAGREES:
+            native, refined = native_below_resolution(judged, native, tol_numeric)
     return native, numeric, notes + list(refined)
+
+
+def _not_differentiable_note(name: str) -> str:
+    return (
+        f"native autodiff of {name} disagrees with finite differences (the forward pass is not "
+        "differentiable by TensorFlow, e.g. stop_gradient, integer ops, or numpy through tf.numpy_function "
+        "or tf.py_function); the custom gradient agrees with finite differences"
+    )
+
+
+def native_off_the_derivative(
+    judged: Judged, native: NativeEvidence, numeric: NumericEvidence, tol: Tolerance
+) -> tuple[NativeEvidence, tuple[str, ...]]:
+    """Native autodiff disagrees where whole finite differences agree with the custom gradient (full mode):
+    set it aside where it is no derivative of the forward pass at all.
+
+    Where every finite difference can judge the custom gradient (none has an error bound wide enough
+    to agree with anything) and native autodiff's own gradient misses them, TensorFlow cannot
+    differentiate the forward pass here (a forward pass computed in numpy has no native path, and its
+    native gradient is zero): native evidence says nothing about the custom gradient, as fast mode
+    finds along its projections.
+    """
+    assert native.gradient is not None and numeric.gradient is not None and numeric.error is not None
+    if not np.all(reliable(judged.got, numeric.gradient, numeric.error, tol)):
+        return native, ()
+    usable = np.where(np.isfinite(native.gradient), native.gradient, numeric.gradient)
+    _, ok = judge_full(usable, numeric.gradient, numeric.error, tol)
+    if ok is not False:
+        return native, ()
+    return replace(native, verdict=Evidence.UNAVAILABLE), (_not_differentiable_note(judged.source.name),)
 
 
 def settle_native_disagreement(
@@ -180,12 +214,7 @@ def settle_native_disagreement(
     name = judged.source.name
     unavailable = replace(native, verdict=Evidence.UNAVAILABLE)
     if numeric.native_projections is Evidence.DISAGREES:
-        note = (
-            f"native autodiff of {name} disagrees with finite differences (the forward pass is not "
-            "differentiable by TensorFlow, e.g. stop_gradient or integer ops); the custom gradient "
-            "agrees with finite differences"
-        )
-        return unavailable, numeric, (note,)
+        return unavailable, numeric, (_not_differentiable_note(name),)
     if judged.source.size > LOCALISE_MAX_ELEMENTS:
         return native, numeric, ()
     whole = _element_wise(judging, judged, numeric, tol)

@@ -8,6 +8,7 @@ from typing import Any
 
 from gradcheck.config import Settings, SubjectConfig
 from gradcheck.subjects import Subject
+from gradcheck.targets.proxy import Proxy
 
 
 @dataclass(frozen=True)
@@ -33,3 +34,7 @@ class CheckRequest:
     module_state: Any = None
     """The :class:`gradcheck.state.Snapshot` the module's import left, applied for the check; None:
     the caller's state as it is (``gradcheck.check``)."""
+    proxy: Proxy | None = None
+    """Its own table's ``proxy``: the function whose derivative its custom gradient stands for."""
+    reached_proxies: Mapping[str, Proxy] = field(default_factory=dict)
+    """The proxies other function tables declare, by function name: used where the subject reaches them."""

@@ -5,9 +5,9 @@ goes into the check's findings, with hints for the failing inputs (:mod:`~gradch
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 
-from gradcheck.checking import diagnose, draw_loop, executions
+from gradcheck.checking import audit, diagnose, draw_loop, executions, proxied
 from gradcheck.checking.build import reference_harness, table_key
 from gradcheck.checking.evidence import Judging
 from gradcheck.checking.exceptions import describe_exception
@@ -15,7 +15,7 @@ from gradcheck.checking.findings import Findings, Prepared
 from gradcheck.checking.request import CheckRequest
 from gradcheck.harness import Harness
 from gradcheck.instrument import Outcome
-from gradcheck.results import Problem
+from gradcheck.results import Problem, format_shape
 
 
 def values_comparable(request: CheckRequest, prepared: Prepared, findings: Findings) -> bool:
@@ -38,10 +38,14 @@ def compare_values(
     request: CheckRequest,
     prepared: Prepared,
     outcomes: Mapping[str, Outcome],
-    not_tensors: frozenset[str],
+    audited: audit.Audit,
     findings: Findings,
 ) -> None:
-    """Eager against tf.function, then each gradient against the references, then the second order."""
+    """Eager against tf.function, then each gradient against the references, then the second order.
+
+    Gradients the audit found to be no tensor, or handed back in another shape than their input's,
+    have no values to compare.
+    """
     working = [o for o in outcomes.values() if o.ok]
     if not working:
         return
@@ -52,7 +56,9 @@ def compare_values(
         differing = executions.compare_executions(sources, working[0], working[1], settings.rtol, settings.atol)
         findings.problems.extend(differing)
     skip = {p.input for p in findings.problems if p.check in ("shape", "variables", "count") and p.input}
-    skip |= not_tensors
+    skip |= audited.not_tensors
+    findings.note(*_misshapen_notes(audited.misshapen, skip))
+    skip |= set(audited.misshapen)
     draw = prepared.draws(0)
     wide, note = reference_harness(
         request.subject.kind,
@@ -74,6 +80,7 @@ def compare_values(
         draw,
         subject_name=request.subject.name,
         numeric_only_table=table_key(request) if findings.numeric_only else None,
+        declaring=proxied.declaring(request, prepared.built, prepared.plan),
     )
     describe = lambda error: describe_exception(error, request.subject.path)  # noqa: E731
     judgement = draw_loop.value_checks(judging, prepared.harness, wide, prepared.draws, working[0], skip, describe)
@@ -85,6 +92,17 @@ def compare_values(
         _record(second, rerun, findings)
         if second.agrees:
             findings.notes.append("second order: the gradient of the custom gradient agrees with the references")
+
+
+def _misshapen_notes(misshapen: Mapping[str, tuple[int, ...]], named: Set[str | None]) -> list[str]:
+    """Why the values of a gradient no problem names were not compared: a backward function's gradient of
+    the wrong shape reached it (the audit reported that backward function)."""
+    return [
+        f"values of {name} not compared: its gradient arrives with shape {format_shape(shape)} (from the shape "
+        "problem above)"
+        for name, shape in misshapen.items()
+        if name not in named
+    ]
 
 
 def _judging(request: CheckRequest, prepared: Prepared, wide: Harness) -> Judging:

@@ -20,7 +20,7 @@ import numpy as np
 from gradcheck.checking.evidence import Evidence, Judged, Judging, NativeEvidence, NumericEvidence
 from gradcheck.compare import NOISE_FLOOR, UNRELIABLE, Tolerance, compare_elementwise, heat_map
 from gradcheck.instrument import Outcome
-from gradcheck.results import Problem
+from gradcheck.results import Problem, format_shape
 
 #: Input draws at most: the first, plus redraws where only finite differences disagree.
 MAX_DRAWS = 3
@@ -199,6 +199,21 @@ def non_finite_verdict(judged: Judged, notes: list[str], native: Outcome | None)
             "is NaN or Inf too"
         )
     return Verdict(final=True, problems=[problem], notes=notes, domain=domain)
+
+
+def misshapen_verdict(judged: Judged, notes: list[str]) -> Verdict:
+    """A custom gradient of another shape than its input's: a ``shape`` problem, with no values to compare."""
+    got, expected = judged.got.shape, judged.source.shape
+    problem = Problem(
+        "shape",
+        judged.source.name,
+        f"the {judged.what} has shape {format_shape(got)}, its input {format_shape(expected)}",
+        execution=judged.execution,
+        expected=format_shape(expected),
+        got=format_shape(got),
+        order=judged.order,
+    )
+    return Verdict(final=True, problems=[problem], notes=notes)
 
 
 def _native_non_finite_too(judged: Judged, native: Outcome | None) -> bool:

@@ -107,6 +107,8 @@ class WorkerRun:
                 if self.on_import is not None:
                     self.on_import(message.path)
             elif isinstance(message, Planned):
+                if worker.startup is None:
+                    worker.startup = time.perf_counter() - worker.created
                 return message
             else:
                 self.end_after_failure(message)

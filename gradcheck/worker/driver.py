@@ -58,7 +58,9 @@ def run(
         on_output or _write_to_stderr,
     )
     planned = _first_plan(first)
-    startup = time.perf_counter() - start
+    # A helper is always a fresh worker: weigh its start-up, not the idle worker's quicker reuse.
+    fresh = first.worker.startup if first.worker is not None else None
+    startup = max(time.perf_counter() - start, fresh or 0.0)
     first.functions = list(planned.functions)
     first.positions = {function.id: index for index, function in enumerate(first.functions)}
     # Helpers are made only now that the plan says how many functions there are: never more
