@@ -212,6 +212,13 @@ class CallPlan:
         moved = [replace(a, keyword=True) if a.name in names else a for a in self.arguments]
         return replace(self, arguments=tuple([a for a in moved if not a.keyword] + [a for a in moved if a.keyword]))
 
+    def with_open_positionals(self, names: tuple[str, ...]) -> CallPlan:
+        """The plan of a ``(*args)`` function given ``names`` as its positional inputs, to be probed, in place
+        of the open ones it has."""
+        opened = [Argument(name=name, role="input") for name in names]
+        kept = [a for a in self.arguments if a.name not in self.unknown]
+        return CallPlan(arguments=tuple(sorted([*opened, *kept], key=lambda a: a.keyword)), unknown=names)
+
     def build(self, lookup: Callable[[Argument], Any]) -> tuple[list[Any], dict[str, Any]]:
         """Positional and keyword arguments, each leaf given by ``lookup``."""
 

@@ -108,9 +108,15 @@ class Reachability:
         #: The top-level package whose code is followed even where it is TensorFlow's own.
         self.home = name.partition(".")[0]
         self._memo: dict[int, bool] = {}
+        #: The module's private module-level custom gradients, by identity: calling one makes a custom
+        #: gradient as much as defining it does (they are checked through their public callers).
+        self._private = {} if isinstance(module, str) else private_custom_gradients(module)
+        #: Of those, the names each visited code reaches (its own calls and its helpers'), by code.
+        self._private_reached: dict[int, frozenset[str]] = {}
 
-    def makes_custom_gradients(self, obj: Any, cls: type | None = None) -> bool:
-        """True when ``obj`` (or what it calls) applies a custom-gradient decorator as it runs."""
+    def reaches(self, obj: Any, cls: type | None = None) -> bool:
+        """True when ``obj`` (or what it calls) applies a custom-gradient decorator as it runs (or calls one of
+        the module's private custom gradients)."""
         function = plain_function(obj)
         # A wrapper made with functools.wraps (TensorFlow's dispatch, a user's decorator) may make
         # the custom gradient itself, or the function it wraps may: look at each layer.
@@ -123,6 +129,14 @@ class Reachability:
             function = plain_function(inner)
         return False
 
+    def private_reached(self, obj: Any, cls: type | None = None) -> frozenset[str]:
+        """The module's private custom gradients that ``obj`` (or what it calls) calls, by name.
+
+        Valid after :meth:`reaches` asked about ``obj``.
+        """
+        code = _tf.attribute(plain_function(obj), "__code__")
+        return self._private_reached.get(id(code), frozenset()) if code is not None else frozenset()
+
     def _visit(self, func: Any, cls: type | None, depth: int, seen: set[int]) -> bool:
         code = _tf.attribute(func, "__code__")
         if code is None or id(code) in seen or depth > _MAX_DEPTH:
@@ -131,19 +145,47 @@ class Reachability:
             return self._memo[id(code)]
         seen.add(id(code))
         names = code_names(code)
-        found = any(self._makes(value, depth, seen) for value in _values_seen(func, names))
-        if not found and cls is not None:
-            members = (class_member(cls, name) for name in names)
-            found = any(self._member_makes(member, cls, depth, seen) for member in members if member is not None)
-        self._memo[id(code)] = found
-        return found
+        if self._marked(names):
+            self._memo[id(code)] = True
+            return True
+        values = list(_values_seen(func, names))
+        members = [m for m in (class_member(cls, name) for name in names) if m is not None] if cls else []
+        # Every value is looked at (no short cut): the private custom gradients reached are recorded too.
+        made = [self._makes(value, depth, seen) for value in values]
+        made += [self._member_makes(member, cls, depth, seen) for member in members if cls is not None]
+        self._private_reached[id(code)] = frozenset(
+            name for value in (*values, *members) for name in self._reached_through(value)
+        )
+        self._memo[id(code)] = any(made)
+        return any(made)
+
+    def _reached_through(self, value: Any) -> frozenset[str]:
+        """The private custom gradients ``value`` is, or its visited code reaches."""
+        if id(value) in self._private:
+            return frozenset((self._private[id(value)],))
+        code = _tf.attribute(plain_function(_called_code(value)), "__code__")
+        return self._private_reached.get(id(code), frozenset()) if code is not None else frozenset()
+
+    def _marked(self, names: list[str]) -> bool:
+        """Whether code using ``names`` reaches what is looked for by itself (none: a decorator must be called)."""
+        return False
+
+    def _is_marker(self, value: Any) -> bool:
+        """Whether calling ``value`` is what is looked for: a custom-gradient decorator."""
+        return _tf.is_custom_gradient_decorator(value)
+
+    def for_others(self, function: Any) -> bool:
+        """Whether ``function`` makes custom gradients for others (a factory): no target, what it returns is."""
+        return _is_factory(function)
 
     def _makes(self, value: Any, depth: int, seen: set[int]) -> bool:
-        if _tf.is_custom_gradient_decorator(value):
+        if self._is_marker(value):
             return True
+        if id(value) in self._private:
+            return True  # checked through its public callers
         if isinstance(value, (ModuleType, type)) or _tf.custom_gradient_parts(value):
-            return False  # a module-level custom-gradient function is checked on its own
-        function = plain_function(value)
+            return False  # a public module-level custom-gradient function is checked on its own
+        function = plain_function(_called_code(value))
         if inspect.isfunction(function) and _followed(function, self.home):
             return self._visit(function, None, depth + 1, seen)
         return False
@@ -153,6 +195,27 @@ class Reachability:
         if _tf.custom_gradient_parts(plain_function(member)) is not None:
             return True
         return self._visit(plain_function(member), cls, depth + 1, seen)
+
+
+def _called_code(value: Any) -> Any:
+    """What calling ``value`` runs: a function itself; for an instance of a class, its ``__call__``
+    (a callable object kept at module level, as ``flip_gradient = FlipGradientBuilder()``)."""
+    if isinstance(value, (ModuleType, type)) or inspect.isfunction(plain_function(value)) or not callable(value):
+        return value
+    call = _tf.attribute(type(value), "__call__")
+    return call if inspect.isfunction(call) else value
+
+
+def private_custom_gradients(module: ModuleType) -> dict[int, str]:
+    """The private module-level custom-gradient functions ``module`` defines, by identity, with their names."""
+    return {
+        id(value): name
+        for name, value in list(vars(module).items())
+        if name.startswith("_")
+        and not (name.startswith("__") and name.endswith("__"))
+        and (parts := _tf.custom_gradient_parts(value)) is not None
+        and _tf.attribute(parts.forward, "__module__") == module.__name__
+    }
 
 
 def class_member(cls: type, name: str) -> Any:
@@ -165,15 +228,31 @@ def class_member(cls: type, name: str) -> Any:
     return None
 
 
-def candidates(module: ModuleType, taken: set[str]) -> list[tuple[str, Any, type | None, str]]:
-    """``(name, function, class, binding)`` for each function or method ``module`` defines that
-    makes custom gradients as it runs, except the names in ``taken`` (found otherwise).
+@dataclass(frozen=True)
+class Candidate:
+    """A function or method that makes custom gradients as it runs, as discovery found it."""
+
+    name: str
+    """``func`` or ``Class.method``."""
+    obj: Any
+    """As the module or class holds it."""
+    owner: type | None
+    """The class of a method."""
+    binding: str
+    """``function``, ``staticmethod``, ``classmethod`` or ``method``."""
+    private_reached: frozenset[str] = frozenset()
+    """The module's private custom gradients it calls (checked through it)."""
+
+
+def candidates(module: ModuleType, taken: set[str], reach: Reachability | None = None) -> list[Candidate]:
+    """Each public function or method ``module`` defines that makes custom gradients as it runs (as
+    ``reach`` judges, by default :class:`Reachability`), except the names in ``taken`` (found otherwise).
 
     A private function (``_helper``) is listed only when named explicitly:
     it is checked through the public functions that call it.
     """
-    reach = Reachability(module)
-    found: list[tuple[str, Any, type | None, str]] = []
+    reach = reach if reach is not None else Reachability(module)
+    found: list[Candidate] = []
     for name, obj in list(vars(module).items()):
         if inspect.isclass(obj):
             if obj.__module__ == module.__name__ and not _tf.is_keras_layer_class(obj):
@@ -182,18 +261,12 @@ def candidates(module: ModuleType, taken: set[str]) -> list[tuple[str, Any, type
         function = plain_function(obj)
         if name in taken or not inspect.isfunction(function) or function.__module__ != module.__name__:
             continue
-        if (
-            _tf.custom_gradient_parts(obj) is None
-            and not _is_factory(function)
-            and reach.makes_custom_gradients(function)
-        ):
-            found.append((name, obj, None, "function"))
-    return [entry for entry in found if not entry[0].rpartition(".")[2].startswith("_")]
+        if _tf.custom_gradient_parts(obj) is None and not reach.for_others(function) and reach.reaches(function):
+            found.append(Candidate(name, obj, None, "function", reach.private_reached(function)))
+    return [entry for entry in found if not entry.name.rpartition(".")[2].startswith("_")]
 
 
-def _method_candidates(
-    reach: Reachability, cls_name: str, cls: type, taken: set[str]
-) -> Iterator[tuple[str, Any, type | None, str]]:
+def _method_candidates(reach: Reachability, cls_name: str, cls: type, taken: set[str]) -> Iterator[Candidate]:
     for attr, member in vars(cls).items():
         name = f"{cls_name}.{attr}"
         function = plain_function(member)
@@ -208,16 +281,49 @@ def _method_candidates(
             if isinstance(member, classmethod)
             else "method"
         )
-        if not _is_factory(function) and reach.makes_custom_gradients(function, cls):
-            yield name, function, cls, binding
+        if not reach.for_others(function) and reach.reaches(function, cls):
+            yield Candidate(name, function, cls, binding, reach.private_reached(function))
 
 
 def _is_factory(function: Any) -> bool:
-    """True for a decorator or factory: it returns a function it defines (``return decorator``,
-    ``return lambda ...``), or is named after the decorator. It makes custom gradients for others."""
+    """True for a decorator or factory: it returns functions it makes (``return decorator``, ``return
+    lambda ...``, ``return tf.custom_gradient(wrap)``, ``return fw, fa, fg``), or is named after the
+    decorator. It makes custom gradients (or applies registered ones) for others: the functions it
+    returns are the targets."""
     if "custom_gradient" in function.__name__:
         return True
-    code = function.__code__
+    definition = function_definition(function)
+    if definition is None:
+        return _returns_defined_function(function.__code__)
+    own = [node for node, _ in _own_nodes(definition, set(), into_functions=False)]
+    defined = {n.name for n in own if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    assigned = {
+        target.id: node.value
+        for node in own
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+    def made(node: ast.AST | None, depth: int = 0) -> bool:
+        if isinstance(node, ast.Lambda):
+            return True
+        if isinstance(node, ast.Name):
+            return node.id in defined or (depth < 4 and made(assigned.get(node.id), depth + 1))
+        if isinstance(node, ast.Call):
+            callee = node.func
+            return (
+                callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+            ) == "custom_gradient"
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return bool(node.elts) and all(made(element, depth) for element in node.elts)
+        return False
+
+    return any(made(node.value) for node in own if isinstance(node, ast.Return))
+
+
+def _returns_defined_function(code: Any) -> bool:
+    """:func:`_is_factory` read from bytecode, where there is no source: a return of a function it defines."""
     nested = {const.co_name for const in code.co_consts if hasattr(const, "co_name")}
     previous = None
     for instruction in dis.get_instructions(code):
@@ -228,6 +334,16 @@ def _is_factory(function: Any) -> bool:
                 return True
         previous = instruction
     return False
+
+
+def function_definition(function: Any) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The ``def`` of ``function`` (behind its wrappers) parsed from its source, or None without source."""
+    try:
+        source = textwrap.dedent(inspect.getsource(inspect.unwrap(plain_function(function))))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError, ValueError):
+        return None
+    return next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
 
 
 _PYTHON_TYPES = {"str", "int", "bool", "float", "Text"}
@@ -256,12 +372,7 @@ def non_tensor_parameters(function: Any) -> dict[str, PythonParameter]:
     ``for_loop`` calls its body). Such an argument cannot be drawn: it must
     be set in ``constants``.
     """
-    try:
-        source = textwrap.dedent(inspect.getsource(inspect.unwrap(plain_function(function))))
-        tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError, IndentationError):
-        return {}
-    definition = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    definition = function_definition(function)
     if definition is None:
         return {}
     parameters = [*definition.args.posonlyargs, *definition.args.args, *definition.args.kwonlyargs]
@@ -281,22 +392,25 @@ def non_tensor_parameters(function: Any) -> dict[str, PythonParameter]:
     return found
 
 
-def _own_nodes(definition: ast.AST, names: set[str]) -> Iterator[tuple[ast.AST, set[str]]]:
+def _own_nodes(definition: ast.AST, names: set[str], into_functions: bool = True) -> Iterator[tuple[ast.AST, set[str]]]:
     """Every node of ``definition``'s body, with the parameter names not shadowed there.
 
     A nested function or lambda whose own parameter has the same name uses
-    its own argument, not the outer parameter.
+    its own argument, not the outer parameter. Without ``into_functions``,
+    a nested function, lambda or class is yielded but not entered.
     """
     stack: list[tuple[ast.AST, set[str]]] = [(child, names) for child in ast.iter_child_nodes(definition)]
     while stack:
         node, visible = stack.pop()
+        nested = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             arguments = node.args
             own = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
             own |= {a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None}
             visible = visible - own
         yield node, visible
-        stack.extend((child, visible) for child in ast.iter_child_nodes(node))
+        if into_functions or not (nested or isinstance(node, ast.ClassDef)):
+            stack.extend((child, visible) for child in ast.iter_child_nodes(node))
 
 
 def _python_use(node: ast.AST, names: set[str]) -> dict[str, PythonParameter]:
@@ -308,6 +422,8 @@ def _python_use(node: ast.AST, names: set[str]) -> dict[str, PythonParameter]:
             for operand in operands:
                 if isinstance(operand, ast.Name) and operand.id in names:
                     found[operand.id] = PythonParameter("compared with a string")
+    if isinstance(node, (ast.If, ast.While, ast.IfExp)):
+        found.update(_int_conditions(node.test, names))
     if not isinstance(node, ast.Call):
         return found
     if isinstance(node.func, ast.Name) and node.func.id in names:
@@ -320,6 +436,21 @@ def _python_use(node: ast.AST, names: set[str]) -> dict[str, PythonParameter]:
     for count, how in counts:
         if isinstance(count, ast.Name) and count.id in names:
             found.setdefault(count.id, PythonParameter(f"a loop count, {how.replace('...', count.id)}"))
+    return found
+
+
+def _int_conditions(test: ast.AST, names: set[str]) -> dict[str, PythonParameter]:
+    """Parameters a Python condition compares for equality with an int (``if bitW == 32:``: a bit width, a
+    mode number): a tensor there does not make a Python bool."""
+    found = {}
+    for node in ast.walk(test):
+        if not (isinstance(node, ast.Compare) and all(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops)):
+            continue
+        operands = [node.left, *node.comparators]
+        numbers = [o.value for o in operands if isinstance(o, ast.Constant) and type(o.value) is int]
+        for operand in operands:
+            if numbers and isinstance(operand, ast.Name) and operand.id in names:
+                found[operand.id] = PythonParameter(f"compared with {numbers[0]} in a Python condition")
     return found
 
 

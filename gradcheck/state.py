@@ -5,7 +5,8 @@ what every later check sees: ``sys.path``, ``sys.modules``, the current
 directory, the environment, the random states of ``random``, numpy and
 TensorFlow, TensorFlow's global switches (eager mode,
 ``run_functions_eagerly``, TF32, soft device placement, op determinism, XLA,
-check-numerics, Keras's ``floatx`` and dtype policy), numpy's error
+check-numerics, Keras's ``floatx`` and dtype policy), the gradients it
+registers with ``tf.RegisterGradient``, numpy's error
 state (``np.seterr``), ``tf.custom_gradient`` and the other library functions
 gradcheck relies on, warnings filters, the standard streams, the Ctrl-C
 handler, and the values of its own variables. A :class:`Snapshot` records
@@ -85,6 +86,12 @@ class Snapshot:
     roots: tuple[str, ...] = ()
     """Folders whose modules are the user's: taken out of ``sys.modules`` when added."""
     site_dirs: tuple[str, ...] = field(default=())
+    gradients: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    """The gradients registered by name (``tf.RegisterGradient``) by the user's code, with their files:
+    put back, and applied (a module's own registrations are there for its checks). A name the user's code
+    registers during a check is gone after it, so that a name made again (the ``py_func`` recipe's random
+    ones, a layer's per-instance counter) does not raise "Registering two gradient with name"; libraries'
+    registrations stay as they are."""
 
     def restore(self) -> None:
         """Put everything back as it was at :func:`capture`."""
@@ -110,6 +117,12 @@ class Snapshot:
             _tf.set_global_flags(self.tf_flags)
             _tf.set_random_state(self.tf_random)
         _tf.set_library_attributes(self.tf_attributes)
+        _tf.set_registered_gradients(self.gradients, self._users_gradients())
+
+    def _users_gradients(self) -> set[str]:
+        """The names the user's code registered in TensorFlow's gradient registry since :func:`capture`."""
+        now = _tf.registered_gradients()
+        return {name for name in now.keys() - self.gradients.keys() if self._is_users_file(now[name][0])}
 
     def apply(self) -> None:
         """Set what a module's import may set for its own functions: directory, environment, random states, TF switches.
@@ -124,6 +137,7 @@ class Snapshot:
         if self.tf_flags is not None and "tensorflow" in sys.modules:
             _tf.set_global_flags(self.tf_flags)
             _tf.set_random_state(self.tf_random)
+        _tf.set_registered_gradients(self.gradients, set())
 
     def _restore_cwd(self) -> None:
         if self.cwd is not None and _getcwd() != self.cwd:
@@ -152,8 +166,10 @@ class Snapshot:
         if file is None and spec is None:
             # types.ModuleType("...") put into sys.modules by the user's code.
             return isinstance(module, ModuleType) or module is None
-        if file is None:
-            return False
+        return file is not None and self._is_users_file(file)
+
+    def _is_users_file(self, file: str) -> bool:
+        """A file in the user's folders (not a library installed there, not gradcheck's)."""
         try:
             resolved = str(Path(file).resolve())
         except (OSError, ValueError):
@@ -199,6 +215,7 @@ def capture(roots: Iterable[Path | str] = ()) -> Snapshot:
         tf_attributes=_tf.library_attributes(),
         roots=tuple(folders),
         site_dirs=installed_dirs(),
+        gradients=_tf.registered_gradients(),
     )
 
 

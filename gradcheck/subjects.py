@@ -22,6 +22,8 @@ from gradcheck import _tf, nesting
 from gradcheck.config import closest
 from gradcheck.errors import TargetError
 from gradcheck.kinds import SubjectKind, kind_named
+from gradcheck.kinds.product import takes_only_args
+from gradcheck.overriding import OverrideReach
 from gradcheck.paths import display_path
 
 
@@ -122,12 +124,16 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
         shown = display_path(place.path)
     else:
         shown = _shown_source(forward)
+    kind = kind_named(_binding(place, forward) if parts is not None else "wrapper")
+    line = _def_line(forward)
+    if place is not None and kind.positional_guesses:  # made by a factory: where the module binds it
+        line = _top_level_line(place.name, place.path) or line
     return Subject(
         id=f"{shown}::{name}",
         name=name,
-        kind=kind_named((place.binding if place is not None else "function") if parts is not None else "wrapper"),
+        kind=kind,
         path=shown,
-        line=_def_line(forward),
+        line=line,
         obj=obj,
         forward=forward,
         decorators=parts.decorators if parts is not None else (wrapper[0],),  # type: ignore[index]
@@ -137,19 +143,26 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
     )
 
 
+def _binding(place: Place | None, forward: Any) -> str:
+    """The kind of a custom-gradient function: as its place binds it; a ``(*args)`` function a product."""
+    binding = place.binding if place is not None else "function"
+    return "product" if binding == "function" and takes_only_args(forward) else binding
+
+
 def _reaching_callable(obj: Any) -> Subject | None:
     """A function or bound method handed to ``gradcheck.check`` that makes custom gradients as it runs."""
     function = nesting.plain_function(obj)
     if not inspect.isfunction(function):
         return None
-    if not nesting.Reachability(function.__module__ or "").makes_custom_gradients(obj):
+    how = reached_as(obj, function.__module__ or "")
+    if how is None:
         return None
     shown = _shown_source(function)
     name = function.__qualname__
     return Subject(
         id=f"{shown}::{name}",
         name=name,
-        kind=kind_named("nested function"),
+        kind=kind_named(f"{how} function"),
         path=shown,
         line=_def_line(function),
         obj=obj,
@@ -157,6 +170,14 @@ def _reaching_callable(obj: Any) -> Subject | None:
         module=inspect.getmodule(function),
         explicit=True,
     )
+
+
+def reached_as(obj: Any, home: ModuleType | str, cls: type | None = None) -> str | None:
+    """How ``obj`` reaches its gradients as it runs: ``nested`` (it makes custom gradients, or calls one of its
+    module's private ones), ``registered`` (it enters a ``gradient_override_map``), or None."""
+    if nesting.Reachability(home).reaches(obj, cls):
+        return "nested"
+    return "registered" if OverrideReach(home).reaches(obj, cls) else None
 
 
 def _shown_source(function: Any) -> str:
@@ -199,14 +220,27 @@ def find_subjects(module: ModuleType, path: Path, named: Iterable[str] = ()) -> 
     subjects = _one_per_object([subject for subject in found if subject is not None])
     taken = {subject.name for subject in subjects} | {alias for subject in subjects for alias in subject.aliases}
     named = set(named)
-    for name, function, owner, binding in nesting.candidates(module, taken):
-        subjects.append(_reaching_subject(function, Place(name, path, module, owner, binding), name in named))
-        taken.add(name)
+    through_callers: set[str] = set()
+    for how, reach in (("nested", nesting.Reachability(module)), ("registered", OverrideReach(module))):
+        for candidate in nesting.candidates(module, taken, reach):
+            place = Place(candidate.name, path, module, candidate.owner, candidate.binding)
+            subjects.append(_reaching_subject(candidate.obj, place, candidate.name in named, how))
+            taken.add(candidate.name)
+            through_callers |= candidate.private_reached
     for name in sorted(named):
         if name not in taken and (explicit := _explicit_subject(module, path, name)) is not None:
             subjects.append(explicit)
+    through_callers |= _private_reached_by_layers(subjects, module)
+    # A private custom gradient a public function calls is checked through it; alone only when named.
+    subjects = [s for s in subjects if s.name not in through_callers or s.name in named]
     subjects.sort(key=lambda s: s.line)
     return subjects
+
+
+def _private_reached_by_layers(subjects: list[Subject], module: ModuleType) -> set[str]:
+    """The module's private custom gradients that its layers' ``call``s reach by name."""
+    namespace = vars(module)
+    return {name for s in subjects for space, name in s.patches if space is namespace and name.startswith("_")}
 
 
 def _one_per_object(subjects: list[Subject]) -> list[Subject]:
@@ -236,14 +270,14 @@ def _own_name(subject: Subject) -> str | None:
         return None
 
 
-def _reaching_subject(function: Any, place: Place, explicit: bool = False) -> Subject:
-    """A function or method checked through the custom gradients it makes as it runs."""
+def _reaching_subject(function: Any, place: Place, explicit: bool = False, how: str = "nested") -> Subject:
+    """A function or method checked through the gradients it reaches as it runs (``how``: see :func:`reached_as`)."""
     forward = nesting.plain_function(function)
     shown = display_path(place.path)
     return Subject(
         id=f"{shown}::{place.name}",
         name=place.name,
-        kind=kind_named(f"nested {place.binding}"),
+        kind=kind_named(f"{how} {place.binding}"),
         path=shown,
         line=_def_line(forward),
         obj=function,
@@ -263,7 +297,10 @@ def _explicit_subject(module: ModuleType, path: Path, name: str) -> Subject | No
         return None
     if owner is None and isinstance(obj, type) and _tf.is_keras_layer_class(obj) and obj.__module__ == module.__name__:
         call = getattr(obj, "call", None)
-        return _reaching_layer(obj, obj, Place(name, path, module), call, explicit=True) if call is not None else None
+        if call is None:
+            return None
+        how = reached_as(call, module, obj) or "nested"
+        return _placed_layer(obj, obj, Place(name, path, module), call, kind_named(f"{how} layer"), explicit=True)
     function = nesting.plain_function(obj)
     if not inspect.isfunction(function) or function.__module__ != module.__name__:
         return None
@@ -274,7 +311,8 @@ def _explicit_subject(module: ModuleType, path: Path, name: str) -> Subject | No
         binding = "classmethod"
     elif owner is None:
         binding = "function"
-    return _reaching_subject(obj, Place(name, path, module, owner, binding), explicit=True)
+    how = reached_as(obj, module, owner) or "nested"
+    return _reaching_subject(obj, Place(name, path, module, owner, binding), True, how)
 
 
 def _layer_subject(obj: Any, cls: type, place: Place | None) -> Subject | None:
@@ -284,25 +322,20 @@ def _layer_subject(obj: Any, cls: type, place: Place | None) -> Subject | None:
         return None
     patches = reached_custom_gradients(call, cls)
     if not patches:
-        home = cls.__module__ if place is None else place.module
-        if nesting.Reachability(home).makes_custom_gradients(call, cls):
-            return _reaching_layer(obj, cls, place, call)
-        return None
+        # A layer whose call makes custom gradients as it runs (a custom-gradient method, or one nested in
+        # call), or applies registered ones.
+        how = reached_as(call, cls.__module__ if place is None else place.module, cls)
+        return _placed_layer(obj, cls, place, call, kind_named(f"{how} layer")) if how is not None else None
     reaches = tuple(dict.fromkeys(n for _, n in patches))
     return _placed_layer(obj, cls, place, call, kind_named("layer"), patches=tuple(patches), reaches=reaches)
-
-
-def _reaching_layer(obj: Any, cls: type, place: Place | None, call: Any, explicit: bool = False) -> Subject:
-    """A layer whose ``call`` makes custom gradients as it runs (a custom-gradient method, or one
-    nested in ``call``), or a layer named explicitly."""
-    return _placed_layer(obj, cls, place, call, kind_named("nested layer"), explicit=explicit)
 
 
 def _placed_layer(obj: Any, cls: type, place: Place | None, call: Any, kind: SubjectKind, **how: Any) -> Subject:
     """The subject of a layer, named where discovery found it (else by its class and ``call``'s file)."""
     module: ModuleType | None
     if place is not None:
-        name, shown, line, module = place.name, display_path(place.path), _class_line(cls, place.path), place.module
+        name, shown, module = place.name, display_path(place.path), place.module
+        line = _top_level_line(cls.__name__, place.path)
     else:
         source = call.__code__.co_filename
         name, shown, line = cls.__name__, display_path(Path(source)), 0
@@ -380,9 +413,10 @@ def _class_attribute(cls: type, name: str) -> Any:
     return None
 
 
-def _class_line(cls: type, path: Path) -> int:
-    """Line of a module-level ``class`` statement (inspect needs the module in sys.modules; it is not)."""
-    pattern = re.compile(rf"^class\s+{re.escape(cls.__name__)}\b")
+def _top_level_line(name: str, path: Path) -> int:
+    """Line of the module-level ``class``, ``def`` or assignment that binds ``name`` (inspect needs the module in
+    sys.modules; it is not)."""
+    pattern = re.compile(rf"^((class|def)\s+{re.escape(name)}\b|{re.escape(name)}\s*=[^=])")
     with contextlib.suppress(OSError):
         for number, text in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
             if pattern.match(text):

@@ -44,6 +44,13 @@ def copy_fixture(name: str, destination: Path) -> Path:
     return target
 
 
+def fixture_module_alone(name: str, destination: Path) -> Path:
+    """The fixture folder ``name``'s module ``name``_ops.py copied alone into ``destination``: no config beside it."""
+    module = f"{name}_ops.py"
+    shutil.copy(FIXTURES / name / module, destination)
+    return destination / module
+
+
 def directional_derivative(
     losses: BatchedLoss, name: str, direction: np.ndarray, step: float, dtype: str
 ) -> DirectionalEstimate:

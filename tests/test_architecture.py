@@ -285,9 +285,29 @@ def test_mypy_passes_on_the_package() -> None:
 
 
 #: What names a kind of subject: a test of one of these outside gradcheck.kinds is an if-chain on the kind.
-_KIND_WORDS = {"function", "layer", "method", "staticmethod", "classmethod", "wrapper", "nested"}
+_KIND_WORDS = {
+    "function",
+    "layer",
+    "method",
+    "staticmethod",
+    "classmethod",
+    "wrapper",
+    "nested",
+    "product",
+    "registered",
+}
 #: The kinds' classes (gradcheck/kinds/): an isinstance of one is a test of the kind.
-_KIND_CLASSES = {"Function", "StaticMethod", "ClassMethod", "Method", "Wrapper", "Layer", "Nested"}
+_KIND_CLASSES = {
+    "Function",
+    "Product",
+    "StaticMethod",
+    "ClassMethod",
+    "Method",
+    "Wrapper",
+    "Layer",
+    "Nested",
+    "Registered",
+}
 #: Where a subject's kind may be decided on: the kinds themselves, and discovery, which chooses them.
 _KIND_DECIDERS = {"gradcheck.kinds", "gradcheck.subjects"}
 

@@ -63,6 +63,18 @@ class Ops:
         return inner(x)
 
 
+def _made(factor):
+    return tf.custom_gradient(lambda *args: (factor * args[0], lambda dy: factor * dy))
+
+
+doubled = _made(2.0)
+
+
+def flipped(x):
+    with tf.compat.v1.get_default_graph().gradient_override_map({"Identity": "Identity"}):
+        return tf.identity(x)
+
+
 class Squaring(keras.layers.Layer):
     def call(self, x):
         return square(x)
@@ -85,6 +97,8 @@ EXPECTED = {
     "Ops.scaled": ("method", "FunctionTarget", "functions", False, True),
     "Ops.tripled": ("staticmethod", "FunctionTarget", "functions", False, True),
     "Ops.squared": ("nested classmethod", "ReachingTarget", "functions", True, True),
+    "doubled": ("product", "FunctionTarget", "functions", False, True),
+    "flipped": ("registered function", "RegisteredTarget", "functions", True, True),
     "Squaring": ("layer", "LayerTarget", "layers", True, False),
     "Doubling": ("nested layer", "ReachingTarget", "layers", True, False),
 }
@@ -115,7 +129,8 @@ def test_each_kind_answers_for_a_subject_of_its_kind(subjects: dict[str, Subject
     assert (kind.table, kind.reported) == (table, table.removesuffix("s"))
     assert (kind.owes_received, kind.references_in_float64) == (owes_received, in_float64)
     assert kind.shares_class_table == name.startswith("Ops.")
-    assert str(kind.signature(subject)) == "(x)"  # self and cls are bound by the check, not listed
+    # self and cls are bound by the check, not listed; a product's *args are probed as x
+    assert str(kind.signature(subject)) == ("(*args)" if name == "doubled" else "(x)")
     built = build(_request(subject), "float64")
     assert type(built.target).__name__ == target
     assert built.plan.unknown == ("x",)
@@ -154,6 +169,8 @@ def test_list_shows_each_kind_with_the_signature_of_its_call(tmp_path: Path) -> 
         "Ops.scaled(x)  [function]",
         "Ops.tripled(x)  [function]",
         "Ops.squared(x)  [function]",
+        "doubled(*args)  [function]",
+        "flipped(x)  [function]",
         "Squaring(x)  [layer]",
         "Doubling(x)  [layer]",
     ]

@@ -327,10 +327,15 @@ def test_through_the_api_a_callable_is_passed_as_it_is_or_imported_and_leaves_no
             {"n": (False, "a loop count, maximum_iterations=n")},
         ),
         ("def f(x, n: int):\n    return x\n", {"n": (False, "annotated int")}),
+        (
+            "def f(x, bits):\n    if bits == 32:\n        return x\n    return tf.round(x * bits)\n",
+            {"bits": (False, "compared with 32 in a Python condition")},
+        ),
         # Not Python values: a tensor argument used by TensorFlow, and a name a nested function takes as its own.
         ("def f(fn, x):\n    return tf.map_fn(fn, x)\n", {}),
         ("def f(x, body):\n    def inner(body):\n        return body(x)\n    return tf.sin(body)\n", {}),
         ("def f(x):\n    return x.numpy()[0] + tf.shape(x)[0]\n", {}),
+        ("def f(x, y):\n    return tf.where(x == 0, y, x) if y is not None else x\n", {}),
     ],
 )
 def test_python_valued_parameters_are_read_from_the_code(

@@ -7,7 +7,8 @@ the custom-gradient module's globals) are read in one place that a
 TensorFlow upgrade can break only once. Its rooms: :mod:`.loading` (the
 import), :mod:`.process_state` (what a user's module can change),
 :mod:`.objects` (reading custom gradients, structures, variables, devices),
-:mod:`.reach` (the custom-gradient choke point). Callers use the names
+:mod:`.reach` (the custom-gradient choke point), :mod:`.overrides` (where a
+``gradient_override_map`` applies). Callers use the names
 below, as ``_tf.NAME``.
 """
 
@@ -30,25 +31,39 @@ from gradcheck._tf.objects import (
     underlying_variable,
     wrapper_parts,
 )
+from gradcheck._tf.overrides import (
+    Applied,
+    OverrideEntry,
+    Overrides,
+    RegisteredGradient,
+    registered_gradient,
+    shown_location,
+)
 from gradcheck._tf.process_state import (
     LIBRARY_ATTRIBUTES,
     RandomState,
     global_flags,
     library_attributes,
     random_state,
+    registered_gradients,
     set_global_flags,
     set_library_attributes,
     set_random_state,
+    set_registered_gradients,
 )
 from gradcheck._tf.reach import Instrumenter, Reach, functions_run_eagerly, is_custom_gradient_decorator
 from gradcheck.errors import TensorFlowMissing
 
 __all__ = [
     "LIBRARY_ATTRIBUTES",
+    "Applied",
     "CustomGradientParts",
     "Instrumenter",
+    "OverrideEntry",
+    "Overrides",
     "RandomState",
     "Reach",
+    "RegisteredGradient",
     "TensorFlowMissing",
     "adopt",
     "attribute",
@@ -69,10 +84,14 @@ __all__ = [
     "library_attributes",
     "quiet_logs",
     "random_state",
+    "registered_gradient",
+    "registered_gradients",
     "set_global_flags",
     "set_library_attributes",
     "set_random_state",
+    "set_registered_gradients",
     "set_verbose",
+    "shown_location",
     "tensorflow",
     "tensorflow_available",
     "underlying_variable",

@@ -158,9 +158,12 @@ def wrapper_parts(obj: Any) -> tuple[str, Callable[..., Any]] | None:
 def is_tf_own(obj: Any) -> bool:
     """True for TensorFlow's own decorators imported into a user's namespace."""
     module = attribute(obj, "__module__", "") or ""
-    if not isinstance(module, str):
-        return False
-    return module.startswith(("tensorflow", "keras", "tf_keras"))
+    return isinstance(module, str) and is_tf_module(module)
+
+
+def is_tf_module(name: str) -> bool:
+    """True for the name of one of TensorFlow's or Keras's own modules."""
+    return name.startswith(("tensorflow", "keras", "tf_keras"))
 
 
 #: TensorFlow shares the memory of a numpy array aligned to this many bytes instead of copying it.
@@ -191,10 +194,24 @@ def adopt(array: Any, dtype: str) -> Any:
 
 
 def forward_name(wrapped: Any) -> str:
-    """The user's name for the forward function a custom gradient wraps (TFP: its ``vjp_fwd``)."""
+    """The user's name for the forward function a custom gradient wraps (TFP: its ``vjp_fwd``); for one a
+    factory made (``_squared_dist = custom_gradient(...)(func)``), the name its module binds it to."""
     user = closure_function(wrapped, ("vjp_fwd",))
     target = user if user is not None else wrapped
-    return getattr(getattr(target, "__func__", target), "__name__", "custom_gradient_function")
+    name = getattr(getattr(target, "__func__", target), "__name__", "custom_gradient_function")
+    namespace = getattr(wrapped, "__globals__", None) or {}
+    if isinstance(name, str) and _bound_forward(namespace.get(name)) is wrapped:
+        return name
+    bound = (key for key, value in list(namespace.items()) if _bound_forward(value) is wrapped)
+    return next(bound, name)
+
+
+def _bound_forward(value: Any) -> Any:
+    """The forward function of a custom-gradient object, else None."""
+    if value is None or attribute(value, "_tf_decorator") is None:
+        return None
+    parts = custom_gradient_parts(value)
+    return parts.forward if parts is not None else None
 
 
 def closure_function(func: Any, names: tuple[str, ...]) -> Any:

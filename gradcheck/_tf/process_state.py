@@ -220,3 +220,42 @@ def set_random_state(state: RandomState) -> None:
     stateful_random_ops.global_generator = state.generator
     if state.generator is not None and state.generator_state is not None:
         state.generator.state.assign(state.generator_state)
+
+
+def registered_gradients() -> dict[str, tuple[str, Any]]:
+    """TensorFlow's registry of gradients by name (``tf.RegisterGradient``): each gradient function's file, and
+    the entry.
+
+    Empty while TensorFlow is not loaded. The file tells the user's gradients
+    from the libraries' (the frame the registry keeps is its own ``register``).
+    """
+    if "tensorflow" not in sys.modules:
+        return {}
+    from tensorflow.python.framework import ops
+
+    return {name: (_defined_in(entry.get("type")), entry) for name, entry in _registry(ops).items()}
+
+
+def _defined_in(function: Any) -> str:
+    code = getattr(getattr(function, "__func__", function), "__code__", None)
+    return str(code.co_filename) if code is not None else ""
+
+
+def set_registered_gradients(saved: dict[str, tuple[str, Any]], users: set[str]) -> None:
+    """Put back the registrations ``saved`` holds; of the others, drop the names in ``users`` (the user's)."""
+    if "tensorflow" not in sys.modules:
+        return
+    from tensorflow.python.framework import ops
+
+    registry = _registry(ops)
+    for name in users - saved.keys():
+        registry.pop(name, None)
+    for name, (_, entry) in saved.items():
+        registry[name] = entry
+
+
+def _registry(ops: Any) -> dict[str, Any]:
+    # Registry keeps its entries in _registry ({"type": function, "location": frame}); there is no public way
+    # to remove one, and a name registered twice raises.
+    registry: dict[str, Any] = ops.gradient_registry._registry
+    return registry

@@ -176,7 +176,8 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
         )
         return _Retry(findings.dtype, keywords | retry)
     subject = request.subject
-    seen = subject.kind.reached(subject, outcomes, table_key(request), request.settings.reference)
+    target = inner_target(prepared.built.target)
+    seen = subject.kind.reached(subject, outcomes, table_key(request), request.settings.reference, target)
     if seen is not None:
         request, status = _reached(request, seen, findings)
         if status is not None:
@@ -187,8 +188,9 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
     audited = _audit(request, prepared, outcomes, findings)
     if any(p.check == "exception" for p in findings.problems):
         return "error"
-    if values_comparable(request, prepared, findings):
-        compare_values(request, prepared, outcomes, audited, findings)
+    judged = {e: o for e, o in outcomes.items() if seen is None or seen.judged is None or e in seen.judged}
+    if judged and values_comparable(request, prepared, findings):
+        compare_values(request, prepared, judged, audited, findings)
     return "failed" if findings.problems else "passed"
 
 
@@ -198,6 +200,7 @@ def _reached(request: CheckRequest, seen: Reached, findings: Findings) -> tuple[
         findings.skip_reason = seen.skip_reason
         return request, "skipped"
     findings.inner = seen.inner_functions
+    findings.problems.extend(seen.problems)
     if seen.note:
         findings.note(seen.note)
     findings.numeric_only = seen.numeric_only

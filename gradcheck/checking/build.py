@@ -226,7 +226,7 @@ def declared_plan(request: CheckRequest, signature: inspect.Signature, dtype: st
             if shape is None or spec_dtype is None or shape.rank is None:
                 continue
             signature_shapes[name] = (tuple(shape.as_list()), spec_dtype.name)
-    return plan_call(
+    plan = plan_call(
         signature,
         request.config,
         request.dims,
@@ -236,6 +236,9 @@ def declared_plan(request: CheckRequest, signature: inspect.Signature, dtype: st
         request.shape_overrides,
         signature_shapes,
     )
+    # A (*args) function the config gives no inputs: its kind's first guess of them, to probe; never none.
+    guesses = subject.kind.positional_guesses
+    return plan.with_open_positionals(guesses[0]) if guesses and not plan.positional else plan
 
 
 def variable_namer(request: CheckRequest, owner: Any) -> Callable[[Any], str]:

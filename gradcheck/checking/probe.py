@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,7 +37,54 @@ class Probed:
 
 
 def probe(request: CheckRequest, plan: CallPlan, built: Built, dtype: str) -> Probed:
-    """The first guessed inputs the forward pass accepts, or why none did (see :mod:`gradcheck.probing`)."""
+    """The first guessed inputs the forward pass accepts, or why none did (see :mod:`gradcheck.probing`).
+
+    A ``(*args)`` function whose config gives no inputs is probed with each of
+    its kind's positional guesses in turn (one input, then two): a guess of
+    the wrong number of inputs fails on every shape, with a ``TypeError``
+    about its positional arguments.
+    """
+    guesses = request.subject.kind.positional_guesses
+    tries = [plan]
+    if plan.unknown in guesses:
+        tries = [plan.with_open_positionals(names) for names in guesses[guesses.index(plan.unknown) :]]
+    for number, candidate in enumerate(tries, start=1):
+        last = number == len(tries)
+        try:
+            probed = _probe_plan(request, candidate, built, dtype)
+        except UserCodeError as error:
+            if not _arity_error(error.__cause__) or len(tries) == 1:
+                raise
+            if last:
+                return _no_arity_fits(request, error)
+            continue
+        if probed.plan is not None or last:
+            return probed
+    raise AssertionError("unreachable: the last try returns or raises")  # pragma: no cover
+
+
+def _no_arity_fits(request: CheckRequest, error: UserCodeError) -> Probed:
+    """A ``(*args)`` function that takes neither one positional input nor two: the config must say how many."""
+    failure = f"it takes *args, and neither one positional input nor two fitted (last try: {error})"
+    where = f"{request.config_label}: {table_key(request)}"
+    return Probed(
+        None,
+        failure=failure,
+        skip_reason=f"{failure}; give its inputs in order, add to {where} inputs = {{ x = [...], y = [...], ... }}",
+    )
+
+
+def _arity_error(error: BaseException | None) -> bool:
+    """True for the ``TypeError`` of a call with the wrong number of positional arguments."""
+    return isinstance(error, TypeError) and bool(_ARITY.search(str(error)))
+
+
+#: How Python says that a call had too few or too many positional arguments.
+_ARITY = re.compile(r"positional argument|takes \d+ .*arguments? but \d+")
+
+
+def _probe_plan(request: CheckRequest, plan: CallPlan, built: Built, dtype: str) -> Probed:
+    """:func:`probe` for one plan's unknown inputs."""
     subject = request.subject
     names = plan.unknown
     search = probing.Search(names, probing.hints_for(subject.kind.described_by(subject), names))

@@ -14,11 +14,11 @@ function and its backward function's line, and the reference used.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from gradcheck.instrument import BackwardRecord, Outcome
-from gradcheck.kinds.protocol import Bound, Reached, SubjectKind, SubjectParts
+from gradcheck.instrument import BackwardRecord
+from gradcheck.kinds.protocol import Bound, Outcomes, Reached, SubjectKind, SubjectParts
 from gradcheck.targets import CallTarget, ReachingTarget
 
 
@@ -55,6 +55,7 @@ class Nested:
     keywords_by_convention = _as_base("keywords_by_convention")
     references_in_float64 = _as_base("references_in_float64")
     weights_on_self = _as_base("weights_on_self")
+    positional_guesses = _as_base("positional_guesses")
     signature = _as_base("signature")
     described_by = _as_base("described_by")
     identity = _as_base("identity")
@@ -72,8 +73,11 @@ class Nested:
         """Only where the run reached a custom gradient: none reached is TensorFlow's own gradient."""
         return reached
 
+    #: What the subject's run must reach to be a target (for messages).
+    marker = "tf.custom_gradient"
+
     def reached(
-        self, subject: SubjectParts, outcomes: Mapping[str, Outcome], table: str, reference: str
+        self, subject: SubjectParts, outcomes: Outcomes, table: str, reference: str, target: CallTarget | None = None
     ) -> Reached | None:
         """Judge what the custom run recorded (``table``: its config table; ``reference``: the setting)."""
         records = next((tuple(o.records) for o in outcomes.values() if o.records), ())
@@ -87,16 +91,16 @@ class Nested:
         if not any(o.ok for o in outcomes.values()):
             return Reached(())  # the run raised: the audit reports it
         if subject.explicit and reference == "none":
-            note = f"{subject.name} reaches no tf.custom_gradient: its TensorFlow gradient was audited, not compared"
+            note = f"{subject.name} reaches no {self.marker}: its TensorFlow gradient was audited, not compared"
             return Reached((), note=note)
         if subject.explicit:
             note = (
-                f"{subject.name} reaches no tf.custom_gradient: TensorFlow's gradient (autodiff, or a gradient "
+                f"{subject.name} reaches no {self.marker}: TensorFlow's gradient (autodiff, or a gradient "
                 "registered for an op) was checked against finite differences only"
             )
             return Reached((), numeric_only=True, note=note)
         reason = (
-            f"{subject.name} reached no tf.custom_gradient when called, so it is not checked; to check its "
+            f"{subject.name} reached no {self.marker} when called, so it is not checked; to check its "
             f"TensorFlow gradient against finite differences, name it: {table} or ::{subject.name}"
         )
         return Reached((), skip_reason=reason)

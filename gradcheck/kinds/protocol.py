@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gradcheck.instrument import BackwardRecord, Outcome
+from gradcheck.results import Problem
 from gradcheck.targets import CallTarget
 
 
@@ -65,6 +66,10 @@ class Construct(Protocol):
         ...
 
 
+#: One custom run's outcome per execution mode (``eager``, ``function``).
+Outcomes = Mapping[str, Outcome]
+
+
 @dataclass(frozen=True)
 class Bound:
     """What one check calls, made for it by the subject's kind."""
@@ -92,6 +97,10 @@ class Reached:
     numeric_only: bool = False
     """Named by the user but reaching none: finite differences are the only reference."""
     note: str | None = None
+    problems: tuple[Problem, ...] = ()
+    """What the run shows to be wrong before any value is compared (a registered gradient that never runs)."""
+    judged: tuple[str, ...] | None = None
+    """The execution modes whose gradients are the subject's own, to compare with the references (None: all)."""
 
     @property
     def inner_functions(self) -> tuple[dict[str, object], ...]:
@@ -156,6 +165,12 @@ class SubjectKind(Protocol):
         """Whether the variables it reads are its own attributes, passed by its ``call`` (a layer's weights)."""
         ...
 
+    @property
+    def positional_guesses(self) -> tuple[tuple[str, ...], ...]:
+        """The positional inputs probed, in turn, where the config fills its ``*args`` with nothing (a
+        ``(*args)`` function: one input, then two); empty where its signature says what to feed."""
+        ...
+
     def signature(self, subject: SubjectParts) -> inspect.Signature:
         """Its signature as ``gradcheck list`` shows it and ``gradcheck init`` asks for it (no ``self``)."""
         ...
@@ -185,9 +200,10 @@ class SubjectKind(Protocol):
         ...
 
     def reached(
-        self, subject: SubjectParts, outcomes: Mapping[str, Outcome], table: str, reference: str
+        self, subject: SubjectParts, outcomes: Outcomes, table: str, reference: str, target: CallTarget | None = None
     ) -> Reached | None:
-        """What its custom run reaching these custom gradients means for the check; None where nothing is to say."""
+        """What its custom run (``outcomes``, made through ``target``) reaching these custom gradients means for
+        the check; None where nothing is to say."""
         ...
 
 
@@ -195,6 +211,7 @@ class Declared:
     """What every kind whose custom gradients are known before it runs answers alike (a nested one's are not)."""
 
     name: str
+    positional_guesses: tuple[tuple[str, ...], ...] = ()
 
     def __repr__(self) -> str:
         return f"<kind {self.name}>"
@@ -208,7 +225,7 @@ class Declared:
         return True
 
     def reached(
-        self, subject: SubjectParts, outcomes: Mapping[str, Outcome], table: str, reference: str
+        self, subject: SubjectParts, outcomes: Outcomes, table: str, reference: str, target: CallTarget | None = None
     ) -> Reached | None:
         """None: its custom gradients were found before it ran."""
         return None

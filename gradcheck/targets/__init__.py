@@ -11,7 +11,9 @@ them switched off. One module per kind:
   functions by name, swapped for the call with :mod:`~gradcheck.targets.patch`;
 - :mod:`~gradcheck.targets.reaching`: a public function or layer whose custom gradients
   are made as it runs (nested, behind a helper), found and switched off at TensorFlow's
-  custom-gradient choke point (:class:`gradcheck._tf.Reach`).
+  custom-gradient choke point (:class:`gradcheck._tf.Reach`);
+- :mod:`~gradcheck.targets.registered`: a function or layer that applies registered gradients with
+  ``gradient_override_map``, called as written with the maps it enters recorded.
 
 A new kind is a new module here with one class that has the two methods.
 """
@@ -23,6 +25,15 @@ from gradcheck.targets.layer import LayerTarget
 from gradcheck.targets.patch import Patch
 from gradcheck.targets.protocol import CallTarget
 from gradcheck.targets.reaching import ReachingTarget
+from gradcheck.targets.registered import RegisteredTarget
 from gradcheck.targets.wrapper import WrapperTarget
 
-__all__ = ["CallTarget", "FunctionTarget", "LayerTarget", "Patch", "ReachingTarget", "WrapperTarget"]
+__all__ = [
+    "CallTarget",
+    "FunctionTarget",
+    "LayerTarget",
+    "Patch",
+    "ReachingTarget",
+    "RegisteredTarget",
+    "WrapperTarget",
+]
