@@ -5,7 +5,8 @@ The fixture module is tests/fixtures/wild/wild_ops.py:
 - a backward function returning a gradient of the wrong shape (module-level, nested, in a layer, to the
   second order), and TensorFlow's refusal of one inside ``tf.function``;
 - eager-only code;
-- Keras 3 code written for float32, whose backward function raises on float64;
+- Keras 3 code written for float32, whose backward function raises on float64 (and, where a Python float
+  default becomes a float32 tensor inside ``tf.function``, whose forward pass raises there);
 - forward passes computed outside TensorFlow's ops.
 """
 
@@ -41,6 +42,8 @@ VERDICTS: dict[str, tuple[str, Blame]] = {
     "RankScale": ("passed", set()),
     "pow2": ("passed", set()),
     "pow2_wrong": ("failed", {("native", "x", None), ("numeric", "x", None)}),
+    "pow2_shifted": ("passed", set()),
+    "pow2_shifted_wrong": ("failed", {("native", "x", None), ("numeric", "x", None)}),
     "np_sort": ("passed", set()),
     "np_sort_wrong": ("failed", {("native", "x", None), ("numeric", "x", None)}),
     "py_sine": ("passed", set()),
@@ -148,6 +151,23 @@ def test_float32_code_whose_backward_raises_on_float64_runs_in_float32(reports: 
             assert result["dtype"] == "float32"
             assert any(
                 n.startswith("ran in float32: with float64 inputs the backward function raised")
+                for n in result["notes"]
+            )
+
+
+@pytest.mark.parametrize("config", sorted(EXPECTED))
+def test_float32_code_raising_in_the_backward_eagerly_and_the_forward_in_tf_function_runs_in_float32(
+    reports: dict[str, Any], config: str
+) -> None:
+    for mode in ("fast", "full", "shape-only"):
+        for name in ("pow2_shifted", "pow2_shifted_wrong"):
+            result = reports[config][mode][name]
+            assert result["dtype"] == "float32"
+            assert any(
+                n.startswith(
+                    "ran in float32: with float64 inputs the backward function (and the forward pass in another "
+                    "execution mode) raised"
+                )
                 for n in result["notes"]
             )
 

@@ -164,9 +164,9 @@ def _attempt(request: CheckRequest, findings: Findings, keywords: frozenset[str]
             findings.domain.append("the forward output was NaN or Inf")
         return "failed"
     outcomes = {e: prepared.harness.custom(draw, e) for e in request.settings.executions}
-    clash = _backward_dtype_clash(outcomes) if findings.dtype == "float64" else None
+    clash = _dtype_clash_everywhere(outcomes) if findings.dtype == "float64" else None
     if clash is not None:
-        return _float32(request, findings, clash, "the backward function")
+        return _float32(request, findings, *clash)
     retry = keyword_convention(prepared.plan, request.subject.kind, outcomes, keywords)
     if retry:
         prepared.harness.restore()
@@ -330,14 +330,21 @@ def _narrowed(plan: CallPlan, findings: Findings) -> CallPlan:
     return plan
 
 
-def _backward_dtype_clash(outcomes: Mapping[str, Outcome]) -> BaseException | None:
-    """The error of a backward function that raised on float64 in every execution mode (float32 constants
-    met float64 gradients: Keras constants are float32), or None."""
+def _dtype_clash_everywhere(outcomes: Mapping[str, Outcome]) -> tuple[BaseException, str] | None:
+    """The error, and what raised it, where float64 inputs met float32 code in every execution mode and a
+    backward function was among what raised (Keras constants are float32; inside ``tf.function`` a
+    Python float default becomes a float32 tensor, so the forward pass may raise there instead), or None."""
     errors = [o.error for o in outcomes.values()]
-    backward = all(any(r.phase == "backward" for r in o.records) for o in outcomes.values())
-    if backward and errors and all(e is not None and dtype_clash(e) for e in errors):
-        return errors[0]
-    return None
+    if not errors or not all(e is not None and dtype_clash(e) for e in errors):
+        return None
+    backward = [any(r.phase == "backward" for r in o.records) for o in outcomes.values()]
+    if not any(backward):
+        return None
+    first = errors[backward.index(True)]
+    assert first is not None
+    if all(backward):
+        return first, "the backward function"
+    return first, "the backward function (and the forward pass in another execution mode)"
 
 
 def _float32(
