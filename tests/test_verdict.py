@@ -56,8 +56,8 @@ def judged(draw: int) -> evidence.Judged:
     return evidence.Judged(SOURCE, draw, {"x": np.zeros(3)}, GOT, losses=None, execution="eager", order=1)  # type: ignore[arg-type]
 
 
-def judging(reference: str = "both") -> evidence.Judging:
-    return evidence.Judging(Settings(reference=reference), "op", wide=False, output_size=3)
+def context(reference: str = "both") -> evidence.JudgingContext:
+    return evidence.JudgingContext(Settings(reference=reference), "op", wide=False, output_size=3)
 
 
 def native(gradient: np.ndarray) -> evidence.NativeEvidence:
@@ -70,7 +70,7 @@ def projection(ok: bool, conclusive: bool = True) -> ProjectionComparison:
 
 
 def decide(native_evidence: evidence.NativeEvidence, numeric: evidence.NumericEvidence, draw: int) -> verdict.Verdict:
-    return verdict.decide(judging(), judged(draw), native_evidence, numeric, [], native_ran=True)
+    return verdict.decide(context(), judged(draw), native_evidence, numeric, [], native_ran=True)
 
 
 def test_only_finite_differences_disagree_redraw_then_ask_about_kinks() -> None:
@@ -108,7 +108,7 @@ def test_both_disagree_is_judged_at_once_and_native_locates_the_projection() -> 
 def test_native_not_differentiable_here_is_set_aside() -> None:
     numeric = evidence.NumericEvidence(A, native_projections=D)
     settled, _, notes = refine.settle_native_disagreement(
-        judging(), judged(0), native(2 * GOT), numeric, tolerance("float64", "numeric")
+        context(), judged(0), native(2 * GOT), numeric, tolerance("float64", "numeric")
     )
     assert settled.verdict is U and "not differentiable by TensorFlow" in notes[0]
 
@@ -153,6 +153,6 @@ def test_a_custom_gradient_of_another_shape_is_a_shape_problem() -> None:
 
 def test_a_quick_stage_may_stand_only_where_agreement_settles_the_gradient() -> None:
     # Native autodiff disagreeing is a problem, or is settled from the careful stage's projections.
-    assert verdict.agreement_settles(judging(), judged(0), native(GOT), native_ran=True)
-    assert verdict.agreement_settles(judging(), judged(0), evidence.NativeEvidence(U), native_ran=False)
-    assert not verdict.agreement_settles(judging(), judged(0), native(2 * GOT), native_ran=True)
+    assert verdict.agreement_settles(context(), judged(0), native(GOT), native_ran=True)
+    assert verdict.agreement_settles(context(), judged(0), evidence.NativeEvidence(U), native_ran=False)
+    assert not verdict.agreement_settles(context(), judged(0), native(2 * GOT), native_ran=True)

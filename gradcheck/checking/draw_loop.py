@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gradcheck.checking.evidence import Judged, Judging, custom_gradient, gradient_label
+from gradcheck.checking.evidence import Judged, JudgingContext, custom_gradient, gradient_label
 from gradcheck.checking.refine import FirstLook, first_look, gather_evidence
 from gradcheck.checking.verdict import (
     MAX_DRAWS,
@@ -34,19 +34,19 @@ from gradcheck.sampling import subject_rng
 
 
 def judge(
-    judging: Judging,
+    context: JudgingContext,
     judged: Judged,
     native_outcome: Outcome | None,
     notes: list[str],
     look: FirstLook | None = None,
 ) -> Verdict:
     """The verdict on one finite custom gradient at one draw: gather the evidence, then reconcile it."""
-    native, numeric, found = gather_evidence(judging, judged, native_outcome, look)
-    return decide(judging, judged, native, numeric, notes + found, native_ran=native_outcome is not None)
+    native, numeric, found = gather_evidence(context, judged, native_outcome, look)
+    return decide(context, judged, native, numeric, notes + found, native_ran=native_outcome is not None)
 
 
 def judge_source(
-    judging: Judging,
+    context: JudgingContext,
     source: Source,
     draw: int,
     values: dict[str, Any],
@@ -63,7 +63,7 @@ def judge_source(
         return misshapen_verdict(judged, notes)
     if not np.all(np.isfinite(got)):
         return non_finite_verdict(judged, notes, native)
-    verdict = judge(judging, judged, native, notes, look)
+    verdict = judge(context, judged, native, notes, look)
     if order == 1 and (custom.grads or {}).get(source.name) is None:
         verdict = replace(verdict, returned_none=True)
     return verdict
@@ -152,7 +152,7 @@ def draw_loop(sources: list[Source], pending: list[Source], judge_draw: JudgeDra
 
 
 def value_checks(
-    judging: Judging,
+    context: JudgingContext,
     harness: Harness,
     reference_harness: Harness,
     draws: Callable[[int], Draw],
@@ -161,7 +161,7 @@ def value_checks(
     describe: Callable[[BaseException], str],
 ) -> Judgement:
     """Judge each source's gradient against the references, redrawing where only finite differences disagree."""
-    notes: list[str] = judging.narrowed(harness.sources)
+    notes: list[str] = context.narrowed(harness.sources)
 
     def judge_draw(index: int, pending: list[Source]) -> dict[str, Verdict] | None:
         draw = draws(index)
@@ -170,7 +170,7 @@ def value_checks(
         if not custom.ok:
             return None
         native = None
-        if judging.settings.compares_native:
+        if context.settings.compares_native:
             native = reference_harness.native(draw)
             if not native.ok and index == 0:
                 notes.append(
@@ -178,10 +178,10 @@ def value_checks(
                     "finite differences decide"
                 )
         losses = reference_harness.losses(draw)
-        look = first_look(judging, pending, index, values, custom, native, losses, _loss_at(reference_harness, draw))
+        look = first_look(context, pending, index, values, custom, native, losses, _loss_at(reference_harness, draw))
         found = {}
         for source in pending:
-            found[source.name] = judge_source(judging, source, index, values, custom, native, losses, 1, look)
+            found[source.name] = judge_source(context, source, index, values, custom, native, losses, 1, look)
             if found[source.name].domain is None and (native is None or not native.ok):
                 found[source.name] = _forward_non_finite_too(found[source.name], harness, values)
         return found
@@ -220,7 +220,7 @@ def seen_in_every_execution(judgement: Judgement, differing: set[str | None]) ->
 
 
 def second_order_checks(
-    judging: Judging,
+    context: JudgingContext,
     harness: Harness,
     reference_harness: Harness,
     draws: Callable[[int], Draw],
@@ -234,17 +234,17 @@ def second_order_checks(
 
     def judge_draw(index: int, pending: list[Source]) -> dict[str, Verdict] | None:
         draw = draws(index)
-        rng = subject_rng(judging.settings.seed, judging.subject_name + ":second-order", index)
+        rng = subject_rng(context.settings.seed, context.subject_name + ":second-order", index)
         weights = {s.name: rng.standard_normal(size=s.shape) for s in sources}
         custom = harness.second_order(draw, weights, "custom")
         if not custom.ok:
             failed.append(uncomputed_second_order(describe(custom.error)))  # type: ignore[arg-type]
             return None
         native = None
-        if judging.settings.compares_native:
+        if context.settings.compares_native:
             native = reference_harness.second_order(draw, weights, "native")
         losses = one_at_a_time(lambda moved: reference_harness.first_order_loss(draw.at(moved), weights), draw.values)
-        return {s.name: judge_source(judging, s, index, draw.values, custom, native, losses, 2) for s in pending}
+        return {s.name: judge_source(context, s, index, draw.values, custom, native, losses, 2) for s in pending}
 
     judgement = draw_loop(sources, sources, judge_draw, [])
     return replace(judgement, problems=[*judgement.problems, *failed]) if failed else judgement

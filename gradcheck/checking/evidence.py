@@ -70,8 +70,8 @@ def evidence(ok: bool | None, available: bool = True) -> Evidence:
 
 
 @dataclass(frozen=True)
-class Judging:
-    """What judging needs that does not change from one gradient to the next."""
+class JudgingContext:
+    """The context every gradient of one check is judged in: what does not change from one gradient to the next."""
 
     settings: Settings
     subject_name: str
@@ -191,9 +191,9 @@ def native_evidence(judged: Judged, native: Outcome | None, tol: Tolerance) -> N
 # -- numeric evidence ------------------------------------------------------------
 
 
-def difference_step(judging: Judging, source: Source) -> float:
-    eps = judging.settings.eps
-    return eps if eps is not None else default_step(judging.reference_dtype(source))
+def difference_step(context: JudgingContext, source: Source) -> float:
+    eps = context.settings.eps
+    return eps if eps is not None else default_step(context.reference_dtype(source))
 
 
 def _scale(judged: Judged) -> np.ndarray:
@@ -202,7 +202,7 @@ def _scale(judged: Judged) -> np.ndarray:
     return np.maximum(scale, 1.0, out=scale) if isinstance(scale, np.ndarray) else np.maximum(scale, 1.0)
 
 
-def full_evidence(judging: Judging, judged: Judged, tol: Tolerance) -> NumericEvidence:
+def full_evidence(context: JudgingContext, judged: Judged, tol: Tolerance) -> NumericEvidence:
     """The whole finite-difference gradient, element-wise."""
     source, got = judged.source, judged.got
 
@@ -219,13 +219,13 @@ def full_evidence(judging: Judging, judged: Judged, tol: Tolerance) -> NumericEv
         base,
         source.name,
         _scale(judged),
-        difference_step(judging, source),
-        judging.reference_dtype(source),
+        difference_step(context, source),
+        context.reference_dtype(source),
         source.symmetric,
         accept=acceptable,
     )
     notes: tuple[str, ...] = ()
-    strategy, why = judging.batching.get(source.name, ("", ""))
+    strategy, why = context.batching.get(source.name, ("", ""))
     if strategy == "loop" and source.kind == "input":
         notes = (
             f"finite differences of {source.name} were evaluated one perturbation at a time: "
@@ -262,15 +262,15 @@ def reliable(got: np.ndarray, gradient: np.ndarray, error: np.ndarray, tol: Tole
 QUICK_FRACTION = 0.5
 
 
-def _directions(judging: Judging, judged: Judged) -> list[np.ndarray]:
+def _directions(context: JudgingContext, judged: Judged) -> list[np.ndarray]:
     """The random directions of one gradient's projections: the same stream whichever stage uses them."""
     return random_directions(
-        judging, judged, "directions", judging.settings.projections, lambda rng, shape: rng.standard_normal(size=shape)
+        context, judged, "directions", context.settings.projections, lambda rng, shape: rng.standard_normal(size=shape)
     )
 
 
 def random_directions(
-    judging: Judging,
+    context: JudgingContext,
     judged: Judged,
     stream: str,
     count: int,
@@ -280,7 +280,7 @@ def random_directions(
     is, scaled by ``max(1, |x|)`` as the finite-difference steps are."""
     source = judged.source
     rng = subject_rng(
-        judging.settings.seed, f"{judging.subject_name}:{source.name}:{stream}:{judged.order}", judged.draw
+        context.settings.seed, f"{context.subject_name}:{source.name}:{stream}:{judged.order}", judged.draw
     )
     values = np.asarray(judged.values[source.name], dtype=np.float64)
     scale = None
@@ -300,7 +300,7 @@ def random_directions(
     return directions
 
 
-def quick_agreement(judging: Judging, judged: Judged, directions: list[np.ndarray], tol: Tolerance) -> bool:
+def quick_agreement(context: JudgingContext, judged: Judged, directions: list[np.ndarray], tol: Tolerance) -> bool:
     """Whether central differences at ``±h`` alone show the gradient plainly right along every direction.
 
     Fast mode's first stage: ``1 + 2k`` losses instead of the ``1 + 4k`` of
@@ -325,7 +325,7 @@ def quick_agreement(judging: Judging, judged: Judged, directions: list[np.ndarra
     """
     source = judged.source
     found = central_differences(
-        judged.losses, source.name, directions, difference_step(judging, source), judging.reference_dtype(source)
+        judged.losses, source.name, directions, difference_step(context, source), context.reference_dtype(source)
     )
     got = np.asarray(judged.got, dtype=np.float64)
     return all(
@@ -357,9 +357,9 @@ def plainly_agrees(
 
 
 def projected_evidence(
-    judging: Judging, judged: Judged, native_gradient: np.ndarray | None, tol: Tolerance, quick: bool = False
+    context: JudgingContext, judged: Judged, native_gradient: np.ndarray | None, tol: Tolerance, quick: bool = False
 ) -> NumericEvidence:
-    """``<gradient, u>`` against directional finite differences along ``judging.settings.projections`` random ``u``.
+    """``<gradient, u>`` against directional finite differences along ``context.settings.projections`` random ``u``.
 
     With ``quick``, :func:`quick_agreement` looks first and, where it sees
     plain agreement, that is the evidence (with no projections kept:
@@ -368,12 +368,12 @@ def projected_evidence(
     """
     source, name = judged.source, judged.source.name
     native_usable = native_gradient is not None and bool(np.all(np.isfinite(native_gradient)))
-    directions = _directions(judging, judged)
-    if quick and quick_agreement(judging, judged, directions, tol):
+    directions = _directions(context, judged)
+    if quick and quick_agreement(context, judged, directions, tol):
         return NumericEvidence(Evidence.AGREES)
     # Every direction in one stack of perturbed inputs, sharing its center: far fewer forward calls.
     estimates = directional_derivatives(
-        judged.losses, name, directions, difference_step(judging, source), judging.reference_dtype(source)
+        judged.losses, name, directions, difference_step(context, source), context.reference_dtype(source)
     )
     projections, native_hits = [], []
     for direction, estimate in zip(directions, estimates):
@@ -391,7 +391,7 @@ def projected_evidence(
 
 
 def numeric_evidence(
-    judging: Judging, judged: Judged, native: NativeEvidence, tol: Tolerance, quick: bool, confirmed: bool
+    context: JudgingContext, judged: Judged, native: NativeEvidence, tol: Tolerance, quick: bool, confirmed: bool
 ) -> tuple[NumericEvidence, tuple[str, ...]]:
     """Finite differences, whole (full mode, Jacobian permitting) or projected; and a note where full mode fell back.
 
@@ -400,10 +400,10 @@ def numeric_evidence(
     :func:`~gradcheck.checking.verdict.agreement_settles`); ``confirmed``:
     fast mode's first look has already shown that agreement.
     """
-    settings, source = judging.settings, judged.source
+    settings, source = context.settings, judged.source
     full = settings.mode == "full"
     notes: tuple[str, ...] = ()
-    jacobian = source.size * judging.output_size
+    jacobian = source.size * context.output_size
     if full and jacobian > JACOBIAN_MAX_ENTRIES:
         full = False
         notes = (
@@ -413,10 +413,10 @@ def numeric_evidence(
     if settings.reference not in ("both", "numeric"):
         return NumericEvidence(Evidence.UNAVAILABLE), notes
     if full:
-        return full_evidence(judging, judged, tol), notes
+        return full_evidence(context, judged, tol), notes
     if confirmed:
         return NumericEvidence(Evidence.AGREES), notes
-    return projected_evidence(judging, judged, native.gradient, tol, quick=quick), notes
+    return projected_evidence(context, judged, native.gradient, tol, quick=quick), notes
 
 
 def custom_gradient(source: Source, custom: Outcome, order: int) -> tuple[np.ndarray, list[str]]:

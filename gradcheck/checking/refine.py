@@ -23,7 +23,7 @@ import numpy as np
 from gradcheck.checking.evidence import (
     Evidence,
     Judged,
-    Judging,
+    JudgingContext,
     NativeEvidence,
     NumericEvidence,
     custom_gradient,
@@ -59,7 +59,7 @@ class FirstLook:
 
 
 def first_look(
-    judging: Judging,
+    context: JudgingContext,
     sources: list[Source],
     draw: int,
     values: dict[str, Any],
@@ -81,10 +81,10 @@ def first_look(
     :func:`quick_agreement`) leaves every gradient to the per-input stages,
     which then judge it as if this look had not been taken.
     """
-    settings = judging.settings
+    settings = context.settings
     if settings.mode != "fast" or settings.reference != "both" or native is None or not native.ok or not sources:
         return None
-    dtypes = {(judging.reference_dtype(s), judging.tolerance_dtype(s), difference_step(judging, s)) for s in sources}
+    dtypes = {(context.reference_dtype(s), context.tolerance_dtype(s), difference_step(context, s)) for s in sources}
     if len(dtypes) != 1:
         return None
     ((dtype, tolerance_dtype, step),) = dtypes
@@ -102,7 +102,7 @@ def first_look(
         if seen.verdict is not Evidence.AGREES or seen.notes:
             return FirstLook(natives, agrees=False)
         gots.append(np.asarray(got, dtype=np.float64))
-        for direction, part in zip(directions, _look_directions(judging, judged, count)):
+        for direction, part in zip(directions, _look_directions(context, judged, count)):
             direction[source.name] = part
     found = joint_central_differences(loss, values, directions, step, dtype)
     tol = tolerance(tolerance_dtype, "numeric", settings.rtol, settings.atol)
@@ -119,7 +119,7 @@ def look_directions(projections: int) -> int:
     return -(-projections // 3)
 
 
-def _look_directions(judging: Judging, judged: Judged, count: int) -> list[np.ndarray]:
+def _look_directions(context: JudgingContext, judged: Judged, count: int) -> list[np.ndarray]:
     """The first look's parts of its directions along ``judged.source``: uniform on ``[-sqrt 3, sqrt 3]``.
 
     Any continuous distribution makes a cancelling projection a zero-probability
@@ -134,32 +134,32 @@ def _look_directions(judging: Judging, judged: Judged, count: int) -> list[np.nd
         direction -= math.sqrt(3.0)
         return direction
 
-    return random_directions(judging, judged, "first look", count, uniform)
+    return random_directions(context, judged, "first look", count, uniform)
 
 
 def gather_evidence(
-    judging: Judging, judged: Judged, native_outcome: Outcome | None, look: FirstLook | None = None
+    context: JudgingContext, judged: Judged, native_outcome: Outcome | None, look: FirstLook | None = None
 ) -> tuple[NativeEvidence, NumericEvidence, list[str]]:
     """Native and numeric evidence about one gradient, refined in fast mode, with their notes in order."""
-    source, settings = judged.source, judging.settings
-    tol_native = tolerance(judging.tolerance_dtype(source), "native", settings.rtol, settings.atol)
-    tol_numeric = tolerance(judging.tolerance_dtype(source), "numeric", settings.rtol, settings.atol)
+    source, settings = judged.source, context.settings
+    tol_native = tolerance(context.tolerance_dtype(source), "native", settings.rtol, settings.atol)
+    tol_numeric = tolerance(context.tolerance_dtype(source), "numeric", settings.rtol, settings.atol)
     known = look.natives.get(source.name) if look is not None else None
     native = known if known is not None else native_evidence(judged, native_outcome, tol_native)
     # A quick stage's agreement stands only where the decision says agreement settles the gradient.
-    quick = agreement_settles(judging, judged, native, native_ran=native_outcome is not None)
+    quick = agreement_settles(context, judged, native, native_ran=native_outcome is not None)
     confirmed = quick and look is not None and look.agrees
-    numeric, fallback = numeric_evidence(judging, judged, native, tol_numeric, quick, confirmed)
+    numeric, fallback = numeric_evidence(context, judged, native, tol_numeric, quick, confirmed)
     notes = [*native.notes, *fallback, *numeric.notes]
     numeric = replace(numeric, notes=())
     refined: tuple[str, ...] = ()
     if settings.mode == "fast":
         if numeric.verdict is Evidence.AGREES and native.verdict is Evidence.DISAGREES:
-            native, numeric, refined = settle_native_disagreement(judging, judged, native, numeric, tol_numeric)
+            native, numeric, refined = settle_native_disagreement(context, judged, native, numeric, tol_numeric)
         elif numeric.verdict is Evidence.DISAGREES:
-            numeric, refined = localise_fast_failure(judging, judged, numeric, tol_numeric)
+            numeric, refined = localise_fast_failure(context, judged, numeric, tol_numeric)
         elif numeric.verdict is Evidence.INCONCLUSIVE and native.verdict is Evidence.DISAGREES:
-            numeric, refined = resolve_inconclusive(judging, judged, numeric, tol_numeric)
+            numeric, refined = resolve_inconclusive(context, judged, numeric, tol_numeric)
             if numeric.verdict is Evidence.AGREES:
                 native, below = native_below_resolution(judged, native, tol_numeric)
                 refined = (*refined, *below)
@@ -201,7 +201,7 @@ def native_off_the_derivative(
 
 
 def settle_native_disagreement(
-    judging: Judging, judged: Judged, native: NativeEvidence, numeric: NumericEvidence, tol: Tolerance
+    context: JudgingContext, judged: Judged, native: NativeEvidence, numeric: NumericEvidence, tol: Tolerance
 ) -> tuple[NativeEvidence, NumericEvidence, tuple[str, ...]]:
     """Native autodiff disagrees where the projections agree: settle it (fast mode), with notes saying how.
 
@@ -217,7 +217,7 @@ def settle_native_disagreement(
         return unavailable, numeric, (_not_differentiable_note(name),)
     if judged.source.size > LOCALISE_MAX_ELEMENTS:
         return native, numeric, ()
-    whole = _element_wise(judging, judged, numeric, tol)
+    whole = _element_wise(context, judged, numeric, tol)
     if whole.verdict is not Evidence.AGREES:
         return native, replace(whole, notes=()), whole.notes
     note = (
@@ -255,13 +255,13 @@ def native_below_resolution(
     return replace(native, verdict=Evidence.UNAVAILABLE), (note,)
 
 
-def _element_wise(judging: Judging, judged: Judged, numeric: NumericEvidence, tol: Tolerance) -> NumericEvidence:
-    whole = full_evidence(judging, judged, tol)
+def _element_wise(context: JudgingContext, judged: Judged, numeric: NumericEvidence, tol: Tolerance) -> NumericEvidence:
+    whole = full_evidence(context, judged, tol)
     return replace(whole, projections=numeric.projections, native_projections=numeric.native_projections)
 
 
 def localise_fast_failure(
-    judging: Judging, judged: Judged, numeric: NumericEvidence, tol: Tolerance
+    context: JudgingContext, judged: Judged, numeric: NumericEvidence, tol: Tolerance
 ) -> tuple[NumericEvidence, tuple[str, ...]]:
     """A failed projection, checked element by element where affordable (fast mode), with its notes.
 
@@ -271,13 +271,13 @@ def localise_fast_failure(
     """
     if judged.source.size > LOCALISE_MAX_ELEMENTS:
         return numeric, ()
-    whole = _element_wise(judging, judged, numeric, tol)
+    whole = _element_wise(context, judged, numeric, tol)
     verdict = Evidence.INCONCLUSIVE if whole.verdict is Evidence.AGREES else Evidence.DISAGREES
     return replace(whole, verdict=verdict, notes=()), whole.notes
 
 
 def resolve_inconclusive(
-    judging: Judging, judged: Judged, numeric: NumericEvidence, tol: Tolerance
+    context: JudgingContext, judged: Judged, numeric: NumericEvidence, tol: Tolerance
 ) -> tuple[NumericEvidence, tuple[str, ...]]:
     """Projections too coarse to judge by while native autodiff disagrees (fast mode): element by element.
 
@@ -289,5 +289,5 @@ def resolve_inconclusive(
     """
     if judged.source.size > LOCALISE_MAX_ELEMENTS:
         return numeric, ()
-    whole = _element_wise(judging, judged, numeric, tol)
+    whole = _element_wise(context, judged, numeric, tol)
     return replace(whole, notes=()), whole.notes

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Set
 
 from gradcheck.checking import audit, diagnose, draw_loop, executions, proxied
 from gradcheck.checking.build import reference_harness, table_key
-from gradcheck.checking.evidence import Judging
+from gradcheck.checking.evidence import JudgingContext
 from gradcheck.checking.exceptions import describe_exception
 from gradcheck.checking.findings import Findings, Prepared
 from gradcheck.checking.request import CheckRequest
@@ -72,7 +72,7 @@ def compare_values(
     findings.reference_harness = wide
     if note:
         findings.notes.append(note)
-    judging = _judging(request, prepared, wide)
+    context = _context(request, prepared, wide)
     rerun = diagnose.Rerun(
         prepared.harness,
         wide,
@@ -83,12 +83,12 @@ def compare_values(
         declaring=proxied.declaring(request, prepared.built, prepared.plan),
     )
     describe = lambda error: describe_exception(error, request.subject.path)  # noqa: E731
-    judgement = draw_loop.value_checks(judging, prepared.harness, wide, prepared.draws, working[0], skip, describe)
+    judgement = draw_loop.value_checks(context, prepared.harness, wide, prepared.draws, working[0], skip, describe)
     if len(working) == 2:  # the tf.function gradient is the eager one except where `differing` says
         judgement = draw_loop.seen_in_every_execution(judgement, {p.input for p in differing})
     _record(judgement, rerun, findings)
     if settings.order == 2 and not findings.problems:
-        second = draw_loop.second_order_checks(judging, prepared.harness, wide, prepared.draws, skip, describe)
+        second = draw_loop.second_order_checks(context, prepared.harness, wide, prepared.draws, skip, describe)
         _record(second, rerun, findings)
         if second.agrees:
             findings.notes.append("second order: the gradient of the custom gradient agrees with the references")
@@ -105,9 +105,9 @@ def _misshapen_notes(misshapen: Mapping[str, tuple[int, ...]], named: Set[str | 
     ]
 
 
-def _judging(request: CheckRequest, prepared: Prepared, wide: Harness) -> Judging:
+def _context(request: CheckRequest, prepared: Prepared, wide: Harness) -> JudgingContext:
     """What judging needs that does not change from one gradient to the next."""
-    return Judging(
+    return JudgingContext(
         settings=request.settings,
         subject_name=request.subject.name,
         wide=wide is not prepared.harness,

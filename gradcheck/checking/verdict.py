@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from gradcheck.checking.evidence import Evidence, Judged, Judging, NativeEvidence, NumericEvidence
+from gradcheck.checking.evidence import Evidence, Judged, JudgingContext, NativeEvidence, NumericEvidence
 from gradcheck.compare import NOISE_FLOOR, UNRELIABLE, Tolerance, compare_elementwise, heat_map
 from gradcheck.instrument import Outcome
 from gradcheck.results import Problem, format_shape
@@ -268,7 +268,9 @@ def last_draw(judged: Judged) -> bool:
     return judged.draw + 1 >= MAX_DRAWS
 
 
-def decision(judging: Judging, native: NativeEvidence, numeric: Evidence, last: bool, native_ran: bool) -> Decision:
+def decision(
+    context: JudgingContext, native: NativeEvidence, numeric: Evidence, last: bool, native_ran: bool
+) -> Decision:
     """The one decision on a gradient's evidence: what to do (:func:`reconcile`) and what that reports.
 
     :func:`decide` writes out what it reports; a quick stage asks it, through
@@ -279,12 +281,12 @@ def decision(judging: Judging, native: NativeEvidence, numeric: Evidence, last: 
     if reconciled is Reconciled.UNRELIABLE:
         reports.append("unreliable")
     judged_now = reconciled not in (Reconciled.REDRAW, Reconciled.NATIVE_VOUCHES)
-    if judged_now and judging.settings.reference == "native" and native.gradient is None and native_ran:
+    if judged_now and context.settings.reference == "native" and native.gradient is None and native_ran:
         reports.append("no native")
     return Decision(reconciled, tuple(reports))
 
 
-def agreement_settles(judging: Judging, judged: Judged, native: NativeEvidence, native_ran: bool) -> bool:
+def agreement_settles(context: JudgingContext, judged: Judged, native: NativeEvidence, native_ran: bool) -> bool:
     """Whether finite differences agreeing with the custom gradient would settle it, given ``native``.
 
     Only there may a quick stage's agreement (fast mode's first look, the
@@ -292,11 +294,11 @@ def agreement_settles(judging: Judging, judged: Judged, native: NativeEvidence, 
     native autodiff disagrees, settling it needs the careful stage's
     projections of native autodiff's gradient too.
     """
-    return decision(judging, native, Evidence.AGREES, last_draw(judged), native_ran).settles
+    return decision(context, native, Evidence.AGREES, last_draw(judged), native_ran).settles
 
 
 def decide(
-    judging: Judging,
+    context: JudgingContext,
     judged: Judged,
     native: NativeEvidence,
     numeric: NumericEvidence,
@@ -304,7 +306,7 @@ def decide(
     native_ran: bool,
 ) -> Verdict:
     """The verdict :func:`decision` makes of the evidence, with the problems it reports written out."""
-    made = decision(judging, native, numeric.verdict, last_draw(judged), native_ran)
+    made = decision(context, native, numeric.verdict, last_draw(judged), native_ran)
     problems = [_written(report, made, judged, native, numeric) for report in made.reports]
     if made.reconciled is Reconciled.REDRAW:
         return Verdict(final=False, problems=problems, notes=notes)
