@@ -60,10 +60,10 @@ def _both_stages(name: str, size: int, seed: int, relative: float, elementwise: 
     else:
         wrong = right.copy()
         wrong[int(rng.integers(size))] += relative * float(np.max(np.abs(right)))
-    judged = evidence.Judged(source, 0, values, wrong, losses, "eager", 1)
+    case = evidence.GradientCase(source, 0, values, wrong, losses, "eager", 1)
     tol = tolerance("float64", "numeric")
-    quick = evidence.quick_agreement(context, judged, evidence._directions(context, judged), tol)
-    careful = evidence.projected_evidence(context, judged, None, tol, quick=False).verdict
+    quick = evidence.quick_agreement(context, case, evidence._directions(context, case), tol)
+    careful = evidence.projected_evidence(context, case, None, tol, quick=False).verdict
     return quick, careful
 
 
@@ -100,9 +100,9 @@ def test_a_kink_inside_the_step_is_left_to_the_careful_stage() -> None:
 
     context = evidence.JudgingContext(Settings(reference="numeric"), "quick-kink", wide=False, output_size=3)
     got = weights * np.sign(values["x"])
-    judged = evidence.Judged(Source("x", (3,), "float64"), 0, values, got, one_at_a_time(loss, values), "eager", 1)
+    case = evidence.GradientCase(Source("x", (3,), "float64"), 0, values, got, one_at_a_time(loss, values), "eager", 1)
     tol = tolerance("float64", "numeric")
-    assert not evidence.quick_agreement(context, judged, evidence._directions(context, judged), tol)
+    assert not evidence.quick_agreement(context, case, evidence._directions(context, case), tol)
 
 
 @pytest.mark.parametrize("reference", ["numeric", "both"])

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gradcheck.checking.evidence import Judged, JudgingContext, custom_gradient, gradient_label
+from gradcheck.checking.evidence import GradientCase, JudgingContext, custom_gradient, gradient_label
 from gradcheck.checking.refine import FirstLook, first_look, gather_evidence
 from gradcheck.checking.verdict import (
     MAX_DRAWS,
@@ -35,14 +35,14 @@ from gradcheck.sampling import subject_rng
 
 def judge(
     context: JudgingContext,
-    judged: Judged,
+    case: GradientCase,
     native_outcome: Outcome | None,
     notes: list[str],
     look: FirstLook | None = None,
 ) -> Verdict:
     """The verdict on one finite custom gradient at one draw: gather the evidence, then reconcile it."""
-    native, numeric, found = gather_evidence(context, judged, native_outcome, look)
-    return decide(context, judged, native, numeric, notes + found, native_ran=native_outcome is not None)
+    native, numeric, found = gather_evidence(context, case, native_outcome, look)
+    return decide(context, case, native, numeric, notes + found, native_ran=native_outcome is not None)
 
 
 def judge_source(
@@ -58,12 +58,12 @@ def judge_source(
 ) -> Verdict:
     """The verdict on one source's gradient at one draw (a non-finite custom gradient needs no reference)."""
     got, notes = custom_gradient(source, custom, order)
-    judged = Judged(source, draw, values, got, losses, custom.execution, order)
+    case = GradientCase(source, draw, values, got, losses, custom.execution, order)
     if got.shape != source.shape:  # the audit found it at the first draw; here a later draw or order 2 did
-        return misshapen_verdict(judged, notes)
+        return misshapen_verdict(case, notes)
     if not np.all(np.isfinite(got)):
-        return non_finite_verdict(judged, notes, native)
-    verdict = judge(context, judged, native, notes, look)
+        return non_finite_verdict(case, notes, native)
+    verdict = judge(context, case, native, notes, look)
     if order == 1 and (custom.grads or {}).get(source.name) is None:
         verdict = replace(verdict, returned_none=True)
     return verdict
