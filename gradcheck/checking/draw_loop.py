@@ -99,8 +99,8 @@ def complex_notes(output_labels: list[str]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Judgement:
-    """The verdicts on every source, the problems they found (before hints), and notes."""
+class Conclusion:
+    """What the draw loop concludes: the verdicts on every source, the problems they found (before hints), and notes."""
 
     verdicts: dict[str, Verdict]
     problems: list[Problem]
@@ -124,7 +124,7 @@ class Judgement:
 JudgeDraw = Callable[[int, list[Source]], dict[str, Verdict] | None]
 
 
-def draw_loop(sources: list[Source], pending: list[Source], judge_draw: JudgeDraw, notes: list[str]) -> Judgement:
+def draw_loop(sources: list[Source], pending: list[Source], judge_draw: JudgeDraw, notes: list[str]) -> Conclusion:
     """Judge ``pending`` at draw 0, then redraw those whose verdict was not final, up to :data:`MAX_DRAWS`.
 
     First and second order both judge through this loop: a verdict that is
@@ -148,7 +148,7 @@ def draw_loop(sources: list[Source], pending: list[Source], judge_draw: JudgeDra
     problems = [p for v in ordered for p in v.problems]
     settled = tuple(s.name for s in sources if s.name in redrawn and not verdicts[s.name].problems)
     domain = tuple(v.domain for v in ordered if v.domain is not None and v.problems)
-    return Judgement(verdicts, problems, notes, [n for v in ordered for n in v.notes], settled, domain)
+    return Conclusion(verdicts, problems, notes, [n for v in ordered for n in v.notes], settled, domain)
 
 
 def value_checks(
@@ -159,7 +159,7 @@ def value_checks(
     primary: Outcome,
     skip: set[str],
     describe: Callable[[BaseException], str],
-) -> Judgement:
+) -> Conclusion:
     """Judge each source's gradient against the references, redrawing where only finite differences disagree."""
     notes: list[str] = context.narrowed(harness.sources)
 
@@ -195,28 +195,28 @@ def _loss_at(harness: Harness, draw: Draw) -> Loss:
     return lambda moved: harness.loss(draw.at(moved))
 
 
-def redraw_notes(judgement: Judgement, failed: bool) -> list[str]:
+def redraw_notes(conclusion: Conclusion, failed: bool) -> list[str]:
     """The run's notes, with the gradients settled on a fresh draw ("passed" only where the result passed)."""
-    if not judgement.redrawn:
-        return list(judgement.notes)
+    if not conclusion.redrawn:
+        return list(conclusion.notes)
     note = "finite differences disagreed at the first draw but not on a fresh one (a kink within the step); " + (
-        f"{', '.join(judgement.redrawn)} agreed on the fresh draw" if failed else "passed on redraw"
+        f"{', '.join(conclusion.redrawn)} agreed on the fresh draw" if failed else "passed on redraw"
     )
-    return [*judgement.notes, note]
+    return [*conclusion.notes, note]
 
 
-def seen_in_every_execution(judgement: Judgement, differing: set[str | None]) -> Judgement:
+def seen_in_every_execution(conclusion: Conclusion, differing: set[str | None]) -> Conclusion:
     """Value problems with no execution mode where eager and tf.function gave the same gradient.
 
     Values are judged on the eager gradient; where tf.function's equals it,
     the problem is the same in both modes, so it names neither.
     """
-    problems = [p if p.input in differing else replace(p, execution=None) for p in judgement.problems]
+    problems = [p if p.input in differing else replace(p, execution=None) for p in conclusion.problems]
     verdicts = {
         name: v if name in differing else replace(v, problems=[replace(p, execution=None) for p in v.problems])
-        for name, v in judgement.verdicts.items()
+        for name, v in conclusion.verdicts.items()
     }
-    return replace(judgement, problems=problems, verdicts=verdicts)
+    return replace(conclusion, problems=problems, verdicts=verdicts)
 
 
 def second_order_checks(
@@ -226,7 +226,7 @@ def second_order_checks(
     draws: Callable[[int], Draw],
     skip: set[str],
     describe: Callable[[BaseException], str],
-) -> Judgement:
+) -> Conclusion:
     """The gradient of the custom gradient against finite differences of the gradient (and native),
     through the same draws and decision as the first order (:func:`draw_loop`)."""
     sources = [s for s in harness.sources if s.name not in skip]
@@ -246,5 +246,5 @@ def second_order_checks(
         losses = one_at_a_time(lambda moved: reference_harness.first_order_loss(draw.at(moved), weights), draw.values)
         return {s.name: judge_source(context, s, index, draw.values, custom, native, losses, 2) for s in pending}
 
-    judgement = draw_loop(sources, sources, judge_draw, [])
-    return replace(judgement, problems=[*judgement.problems, *failed]) if failed else judgement
+    conclusion = draw_loop(sources, sources, judge_draw, [])
+    return replace(conclusion, problems=[*conclusion.problems, *failed]) if failed else conclusion

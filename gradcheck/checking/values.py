@@ -83,10 +83,10 @@ def compare_values(
         declaring=proxied.declaring(request, prepared.built, prepared.plan),
     )
     describe = lambda error: describe_exception(error, request.subject.path)  # noqa: E731
-    judgement = draw_loop.value_checks(context, prepared.harness, wide, prepared.draws, working[0], skip, describe)
+    conclusion = draw_loop.value_checks(context, prepared.harness, wide, prepared.draws, working[0], skip, describe)
     if len(working) == 2:  # the tf.function gradient is the eager one except where `differing` says
-        judgement = draw_loop.seen_in_every_execution(judgement, {p.input for p in differing})
-    _record(judgement, rerun, findings)
+        conclusion = draw_loop.seen_in_every_execution(conclusion, {p.input for p in differing})
+    _record(conclusion, rerun, findings)
     if settings.order == 2 and not findings.problems:
         second = draw_loop.second_order_checks(context, prepared.harness, wide, prepared.draws, skip, describe)
         _record(second, rerun, findings)
@@ -117,11 +117,11 @@ def _context(request: CheckRequest, prepared: Prepared, wide: Harness) -> Judgin
     )
 
 
-def _record(judgement: draw_loop.Judgement, rerun: diagnose.Rerun, findings: Findings) -> None:
-    if judgement.verdicts:
-        findings.problems.extend(diagnose.with_hints(judgement.problems, judgement.verdicts, rerun))
+def _record(conclusion: draw_loop.Conclusion, rerun: diagnose.Rerun, findings: Findings) -> None:
+    if conclusion.verdicts:
+        findings.problems.extend(diagnose.with_hints(conclusion.problems, conclusion.verdicts, rerun))
     else:
-        findings.problems.extend(judgement.problems)
-    findings.notes.extend(draw_loop.redraw_notes(judgement, failed=bool(findings.problems)))
-    findings.note(*judgement.verdict_notes)
-    findings.domain.extend(judgement.domain)
+        findings.problems.extend(conclusion.problems)
+    findings.notes.extend(draw_loop.redraw_notes(conclusion, failed=bool(findings.problems)))
+    findings.note(*conclusion.verdict_notes)
+    findings.domain.extend(conclusion.domain)
