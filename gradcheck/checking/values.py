@@ -55,10 +55,7 @@ def compare_values(
         sources = prepared.harness.sources
         differing = executions.compare_executions(sources, working[0], working[1], settings.rtol, settings.atol)
         findings.problems.extend(differing)
-    skip = {p.input for p in findings.problems if p.check in ("shape", "variables", "count") and p.input}
-    skip |= audited.not_tensors
-    findings.note(*_misshapen_notes(audited.misshapen, skip))
-    skip |= set(audited.misshapen)
+    skip = _not_compared(audited, findings)
     draw = prepared.draws(0)
     wide, note = reference_harness(
         request.subject.kind,
@@ -92,6 +89,16 @@ def compare_values(
         _record(second, rerun, findings)
         if second.agrees:
             findings.notes.append("second order: the gradient of the custom gradient agrees with the references")
+
+
+def _not_compared(audited: audit.Audit, findings: Findings) -> set[str]:
+    """The sources whose values are not compared: a shape, variables or count problem names them, or the audit
+    found their gradients to be no tensors or of another shape than their input's (noted where no problem names it)."""
+    skip = {p.input for p in findings.problems if p.check in ("shape", "variables", "count") and p.input}
+    skip |= audited.not_tensors
+    findings.note(*_misshapen_notes(audited.misshapen, skip))
+    skip |= set(audited.misshapen)
+    return skip
 
 
 def _misshapen_notes(misshapen: Mapping[str, tuple[int, ...]], named: Set[str | None]) -> list[str]:
