@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 
 from gradcheck.checking import audit, diagnose, draw_loop, executions, proxied
-from gradcheck.checking.build import reference_harness, table_key
+from gradcheck.checking.build import choose_reference_harness, table_key
 from gradcheck.checking.evidence import JudgingContext
 from gradcheck.checking.exceptions import describe_exception
 from gradcheck.checking.findings import Findings, Prepared
@@ -57,7 +57,7 @@ def compare_values(
         findings.problems.extend(differing)
     skip = _not_compared(audited, findings)
     draw = prepared.draws(0)
-    wide, note = reference_harness(
+    reference_harness, note = choose_reference_harness(
         request.subject.kind,
         findings.dtype,
         prepared.built,
@@ -66,13 +66,13 @@ def compare_values(
         draw,
         settings.compares_native,
     )
-    findings.reference_harness = wide
+    findings.reference_harness = reference_harness
     if note:
         findings.notes.append(note)
-    context = _context(request, prepared, wide)
+    context = _context(request, prepared, reference_harness)
     rerun = diagnose.Rerun(
         prepared.harness,
-        wide,
+        reference_harness,
         prepared.plan,
         draw,
         subject_name=request.subject.name,
@@ -80,12 +80,16 @@ def compare_values(
         declaring=proxied.declaring(request, prepared.built, prepared.plan),
     )
     describe = lambda error: describe_exception(error, request.subject.path)  # noqa: E731
-    conclusion = draw_loop.value_checks(context, prepared.harness, wide, prepared.draws, working[0], skip, describe)
+    conclusion = draw_loop.value_checks(
+        context, prepared.harness, reference_harness, prepared.draws, working[0], skip, describe
+    )
     if len(working) == 2:  # the tf.function gradient is the eager one except where `differing` says
         conclusion = draw_loop.seen_in_every_execution(conclusion, {p.input for p in differing})
     _record(conclusion, rerun, findings)
     if settings.order == 2 and not findings.problems:
-        second = draw_loop.second_order_checks(context, prepared.harness, wide, prepared.draws, skip, describe)
+        second = draw_loop.second_order_checks(
+            context, prepared.harness, reference_harness, prepared.draws, skip, describe
+        )
         _record(second, rerun, findings)
         if second.agrees:
             findings.notes.append("second order: the gradient of the custom gradient agrees with the references")
@@ -112,15 +116,15 @@ def _misshapen_notes(misshapen: Mapping[str, tuple[int, ...]], named: Set[str | 
     ]
 
 
-def _context(request: CheckRequest, prepared: Prepared, wide: Harness) -> JudgingContext:
+def _context(request: CheckRequest, prepared: Prepared, reference_harness: Harness) -> JudgingContext:
     """What judging needs that does not change from one gradient to the next."""
     return JudgingContext(
         settings=request.settings,
         subject_name=request.subject.name,
-        wide=wide is not prepared.harness,
+        wide=reference_harness is not prepared.harness,
         output_size=prepared.harness.output_size,
-        batching=wide.batching,  # the live mapping: the harness learns each strategy as it first perturbs
-        output_dtypes=tuple(spec.dtype for spec in wide.output_specs),
+        batching=reference_harness.batching,  # the live mapping: the harness learns each strategy as it first perturbs
+        output_dtypes=tuple(spec.dtype for spec in reference_harness.output_specs),
     )
 
 
