@@ -48,7 +48,9 @@ def _case(name: str, size: int, seed: int) -> tuple[evidence.JudgingContext, Sou
         return float(np.sum(products)), float(np.sum(np.abs(products)))
 
     values = {"x": x}
-    context = evidence.JudgingContext(Settings(reference="numeric"), f"quick-{name}", wide=False, output_size=size)
+    context = evidence.JudgingContext(
+        Settings(reference="numeric"), f"quick-{name}", float64_references=False, output_size=size
+    )
     return context, Source("x", (size,), "float64"), values, weights * derivative(x), one_at_a_time(loss, values)
 
 
@@ -98,7 +100,9 @@ def test_a_kink_inside_the_step_is_left_to_the_careful_stage() -> None:
         products = weights * np.abs(moved["x"])
         return float(np.sum(products)), float(np.sum(np.abs(products)))
 
-    context = evidence.JudgingContext(Settings(reference="numeric"), "quick-kink", wide=False, output_size=3)
+    context = evidence.JudgingContext(
+        Settings(reference="numeric"), "quick-kink", float64_references=False, output_size=3
+    )
     got = weights * np.sign(values["x"])
     case = evidence.GradientCase(Source("x", (3,), "float64"), 0, values, got, one_at_a_time(loss, values), "eager", 1)
     tol = tolerance("float64", "numeric")

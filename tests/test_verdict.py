@@ -57,7 +57,7 @@ def case(draw: int) -> evidence.GradientCase:
 
 
 def context(reference: str = "both") -> evidence.JudgingContext:
-    return evidence.JudgingContext(Settings(reference=reference), "op", wide=False, output_size=3)
+    return evidence.JudgingContext(Settings(reference=reference), "op", float64_references=False, output_size=3)
 
 
 def native(gradient: np.ndarray) -> evidence.NativeEvidence:

@@ -75,7 +75,7 @@ class JudgingContext:
 
     settings: Settings
     subject_name: str
-    wide: bool
+    float64_references: bool
     """True when the references are evaluated in float64 for narrower inputs."""
     output_size: int
     """Elements over all outputs, for the Jacobian's size."""
@@ -87,7 +87,7 @@ class JudgingContext:
 
     def reference_dtype(self, source: Source) -> str:
         """The precision the references of ``source`` are evaluated in (steps and rounding follow it)."""
-        fed = source.dtype if source.kind == "variable" or not self.wide else "float64"
+        fed = source.dtype if source.kind == "variable" or not self.float64_references else "float64"
         return narrowest(fed, *self.output_dtypes)
 
     def tolerance_dtype(self, source: Source) -> str:

@@ -121,7 +121,7 @@ def _context(request: CheckRequest, prepared: Prepared, reference_harness: Harne
     return JudgingContext(
         settings=request.settings,
         subject_name=request.subject.name,
-        wide=reference_harness is not prepared.harness,
+        float64_references=reference_harness is not prepared.harness,
         output_size=prepared.harness.output_size,
         batching=reference_harness.batching,  # the live mapping: the harness learns each strategy as it first perturbs
         output_dtypes=tuple(spec.dtype for spec in reference_harness.output_specs),
