@@ -11,7 +11,7 @@ function's own globals, closure and defaults, as the interpreter would, so
 ``tf2.custom_gradient``, ``custom_gradient.custom_gradient`` and a
 decorator bound under another name are all seen. A check then confirms the
 candidate by recording which custom gradients a call really reaches
-(:mod:`gradcheck.targets.reaching`).
+(:mod:`gradcheck.targets.nested`).
 
 A function that reaches custom gradients only through module-level
 custom-gradient functions is not a candidate: those are checked themselves.

@@ -113,7 +113,7 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
     parts = _tf.custom_gradient_parts(obj)
     wrapper = _tf.wrapper_parts(obj) if parts is None and (place is None or place.owner is None) else None
     if parts is None and wrapper is None:
-        return _reaching_callable(obj) if place is None else None
+        return _nested_callable(obj) if place is None else None
     forward = parts.forward if parts is not None else wrapper[1]  # type: ignore[index]
     if place is not None and not _defined_here(forward, place.module):
         return None
@@ -149,8 +149,9 @@ def _binding(place: Place | None, forward: Any) -> str:
     return "product" if binding == "function" and takes_only_args(forward) else binding
 
 
-def _reaching_callable(obj: Any) -> Subject | None:
-    """A function or bound method handed to ``gradcheck.check`` that makes custom gradients as it runs."""
+def _nested_callable(obj: Any) -> Subject | None:
+    """A nested subject handed to ``gradcheck.check``: a function or bound method that makes custom gradients as it
+    runs (or, of the registered kind, enters a ``gradient_override_map``)."""
     function = nesting.plain_function(obj)
     if not inspect.isfunction(function):
         return None
@@ -224,7 +225,7 @@ def find_subjects(module: ModuleType, path: Path, named: Iterable[str] = ()) -> 
     for how, reach in (("nested", nesting.Reachability(module)), ("registered", OverrideReach(module))):
         for candidate in nesting.candidates(module, taken, reach):
             place = Place(candidate.name, path, module, candidate.owner, candidate.binding)
-            subjects.append(_reaching_subject(candidate.obj, place, candidate.name in named, how))
+            subjects.append(_nested_subject(candidate.obj, place, candidate.name in named, how))
             taken.add(candidate.name)
             through_callers |= candidate.private_reached
     for name in sorted(named):
@@ -270,8 +271,9 @@ def _own_name(subject: Subject) -> str | None:
         return None
 
 
-def _reaching_subject(function: Any, place: Place, explicit: bool = False, how: str = "nested") -> Subject:
-    """A function or method checked through the gradients it reaches as it runs (``how``: see :func:`reached_as`)."""
+def _nested_subject(function: Any, place: Place, explicit: bool = False, how: str = "nested") -> Subject:
+    """A nested function or method: checked through the gradients it reaches as it runs (``how``: ``nested``, or
+    ``registered``, the nested kind that applies registered gradients; see :func:`reached_as`)."""
     forward = nesting.plain_function(function)
     shown = display_path(place.path)
     return Subject(
@@ -312,7 +314,7 @@ def _explicit_subject(module: ModuleType, path: Path, name: str) -> Subject | No
     elif owner is None:
         binding = "function"
     how = reached_as(obj, module, owner) or "nested"
-    return _reaching_subject(obj, Place(name, path, module, owner, binding), True, how)
+    return _nested_subject(obj, Place(name, path, module, owner, binding), True, how)
 
 
 def _layer_subject(obj: Any, cls: type, place: Place | None) -> Subject | None:

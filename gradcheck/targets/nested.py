@@ -1,4 +1,4 @@
-"""A public function, or a Keras layer, checked through the custom gradients it reaches at run time.
+"""A nested subject (a function or a Keras layer): checked through the custom gradients it reaches at run time.
 
 The custom run calls it with every outermost custom gradient it reaches
 instrumented (one :class:`~gradcheck.instrument.BackwardRecord` per call, as
@@ -51,7 +51,7 @@ def _instrumenter(records: list[BackwardRecord]) -> _tf.Instrumenter:
     return make
 
 
-class ReachingTarget:
+class NestedTarget:
     """A callable (function or layer) whose custom gradients are found while it runs."""
 
     def __init__(self, call: Callable[..., Any], name: str) -> None:
