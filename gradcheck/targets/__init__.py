@@ -11,7 +11,7 @@ them switched off. One module per kind:
   functions by name, swapped for the call with :mod:`~gradcheck.targets.patch`;
 - :mod:`~gradcheck.targets.nested`: a public function or layer whose custom gradients
   are made as it runs (nested, behind a helper), found and switched off at TensorFlow's
-  custom-gradient choke point (:class:`gradcheck._tf.Reach`);
+  custom-gradient choke point (:class:`gradcheck._tf.ChokePoint`);
 - :mod:`~gradcheck.targets.registered`: a function or layer that applies registered gradients with
   ``gradient_override_map``, called as written with the maps it enters recorded.
 

@@ -68,14 +68,14 @@ class NestedTarget:
         """Call it with each outermost custom gradient it reaches instrumented."""
         if self.as_written:
             return self.call(*args, **kwargs)
-        with _tf.functions_run_eagerly(), _tf.Reach(_instrumenter(records)) as reach:
+        with _tf.functions_run_eagerly(), _tf.ChokePoint(_instrumenter(records)) as choke_point:
             result = self.call(*args, **kwargs)
-        self.reached = list(dict.fromkeys(reach.names))
+        self.reached = list(dict.fromkeys(choke_point.names))
         return result
 
     def native(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Call it with each outermost custom gradient it reaches switched off."""
         if self.as_written:
             return self.call(*args, **kwargs)
-        with _tf.functions_run_eagerly(), _tf.Reach(switch_off=True):
+        with _tf.functions_run_eagerly(), _tf.ChokePoint(switch_off=True):
             return self.call(*args, **kwargs)
