@@ -23,7 +23,7 @@ from gradcheck.config import closest
 from gradcheck.errors import TargetError
 from gradcheck.kinds import SubjectKind, kind_named
 from gradcheck.kinds.product import takes_only_args
-from gradcheck.overriding import OverrideReach
+from gradcheck.overriding import OverrideReader
 from gradcheck.paths import display_path
 
 
@@ -176,9 +176,9 @@ def _nested_callable(obj: Any) -> Subject | None:
 def reached_as(obj: Any, home: ModuleType | str, cls: type | None = None) -> str | None:
     """How ``obj`` reaches its gradients as it runs: ``nested`` (it makes custom gradients, or calls one of its
     module's private ones), ``registered`` (it enters a ``gradient_override_map``), or None."""
-    if nesting.Reachability(home).reaches(obj, cls):
+    if nesting.NestingReader(home).reaches(obj, cls):
         return "nested"
-    return "registered" if OverrideReach(home).reaches(obj, cls) else None
+    return "registered" if OverrideReader(home).reaches(obj, cls) else None
 
 
 def _shown_source(function: Any) -> str:
@@ -222,8 +222,8 @@ def find_subjects(module: ModuleType, path: Path, named: Iterable[str] = ()) -> 
     taken = {subject.name for subject in subjects} | {alias for subject in subjects for alias in subject.aliases}
     named = set(named)
     through_callers: set[str] = set()
-    for how, reach in (("nested", nesting.Reachability(module)), ("registered", OverrideReach(module))):
-        for candidate in nesting.candidates(module, taken, reach):
+    for how, reader in (("nested", nesting.NestingReader(module)), ("registered", OverrideReader(module))):
+        for candidate in nesting.candidates(module, taken, reader):
             place = Place(candidate.name, path, module, candidate.owner, candidate.binding)
             subjects.append(_nested_subject(candidate.obj, place, candidate.name in named, how))
             taken.add(candidate.name)
