@@ -140,8 +140,8 @@ def listing(options: RunOptions) -> Listing:
     """What would be checked: each function with its signature (as its kind gives it) and resolved shapes."""
     entries = []
     collected = collect(options)
-    for planned in collected.planned:
-        request = request_for(planned, options)
+    for check in collected.checks:
+        request = request_for(check, options)
         subject = request.subject
         signature = subject.kind.signature(subject)
         plan = declared_plan(request, signature, request.settings.dtype)
@@ -210,7 +210,7 @@ class RunManifest:
 def run_manifest(options: RunOptions, on_import: Callable[[str], None] | None = None) -> RunManifest:
     """Collect the targets and build every check request; raise a UsageError for bad input."""
     collected = collect(options, on_import=on_import)
-    requests = tuple(request_for(p, options) for p in collected.planned)
+    requests = tuple(request_for(check, options) for check in collected.checks)
     seed = requests[0].settings.seed if requests else int(options.overrides.get("seed", 0))
     strict = any(r.settings.strict for r in requests) or bool(options.overrides.get("strict"))
     return RunManifest(
