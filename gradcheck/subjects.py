@@ -31,8 +31,6 @@ from gradcheck.paths import display_path
 class Subject:
     """One custom-gradient function (or layer) found in a module."""
 
-    id: str
-    """``path::name`` as shown in reports and accepted by ``::``."""
     name: str
     """Name in its module: ``func``, or ``Class.method`` for methods."""
     kind: SubjectKind
@@ -61,6 +59,11 @@ class Subject:
     """Named by ``::NAME`` or a config table: checked even where it reaches no custom gradient."""
     aliases: tuple[str, ...] = ()
     """Other names the module gives the same object (``Alias = Layer``): checked once, under ``name``."""
+
+    @property
+    def id(self) -> str:
+        """``path::name``, as reports show it and ``::`` selects it (read by :func:`~gradcheck.results.split_id`)."""
+        return f"{self.path}::{self.name}"
 
 
 def _def_line(func: Any) -> int:
@@ -129,7 +132,6 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
     if place is not None and kind.positional_guesses:  # made by a factory: where the module binds it
         line = _top_level_line(place.name, place.path) or line
     return Subject(
-        id=f"{shown}::{name}",
         name=name,
         kind=kind,
         path=shown,
@@ -161,7 +163,6 @@ def _nested_callable(obj: Any) -> Subject | None:
     shown = _shown_source(function)
     name = function.__qualname__
     return Subject(
-        id=f"{shown}::{name}",
         name=name,
         kind=kind_named(f"{how} function"),
         path=shown,
@@ -277,7 +278,6 @@ def _nested_subject(function: Any, place: Place, explicit: bool = False, how: st
     forward = nesting.plain_function(function)
     shown = display_path(place.path)
     return Subject(
-        id=f"{shown}::{place.name}",
         name=place.name,
         kind=kind_named(f"{how} {place.binding}"),
         path=shown,
@@ -343,7 +343,6 @@ def _placed_layer(obj: Any, cls: type, place: Place | None, call: Any, kind: Sub
         name, shown, line = cls.__name__, display_path(Path(source)), 0
         module = sys.modules.get(cls.__module__)
     return Subject(
-        id=f"{shown}::{name}",
         name=name,
         kind=kind,
         path=shown,
