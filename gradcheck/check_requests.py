@@ -16,7 +16,7 @@ from typing import Any
 
 from gradcheck import _tf, proxying, state
 from gradcheck.checking import CheckRequest
-from gradcheck.collection import PlannedCheck
+from gradcheck.collection import CollectedCheck
 from gradcheck.config import Config, ImportValue, Settings, SubjectConfig, merged_settings
 from gradcheck.errors import UsageError
 from gradcheck.importing import import_object, import_root
@@ -56,9 +56,9 @@ def reproduce_command(subject: Subject, settings: Settings, options: RunOptions)
     return shlex.join(parts)
 
 
-def request_for(planned: PlannedCheck, options: RunOptions) -> CheckRequest:
+def request_for(check: CollectedCheck, options: RunOptions) -> CheckRequest:
     """The check request for one function: its merged settings, config table and dims."""
-    subject, config = planned.subject, planned.config
+    subject, config = check.subject, check.config
     return build_request(
         subject,
         config,
@@ -68,7 +68,7 @@ def request_for(planned: PlannedCheck, options: RunOptions) -> CheckRequest:
         shapes=options.shapes,
         config_label=config.label if config.path is not None else "gradcheck.toml",
         reproduce=lambda settings: reproduce_command(subject, settings, options),
-        module_state=planned.module_state,
+        module_state=check.module_state,
     )
 
 

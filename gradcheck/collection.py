@@ -31,7 +31,7 @@ from gradcheck.subjects import Subject, find_subjects, select
 
 
 @dataclass(frozen=True)
-class PlannedCheck:
+class CollectedCheck:
     """One function found, with the config that applies to it."""
 
     subject: Subject
@@ -74,7 +74,7 @@ def import_isolated(file: Path, base: Path | None = None) -> tuple[Any, state.Sn
 class Collected:
     """What collection found: the checks to run, the modules that could not be imported, and a summary."""
 
-    planned: list[PlannedCheck]
+    checks: list[CollectedCheck]
     """One per function or layer, in order."""
     module_results: tuple[Result, ...] = ()
     """An ``error`` result (``kind = "module"``) for each file of a walk that failed to import or be read."""
@@ -135,23 +135,23 @@ def collect(
 
     targets = [(spec, resolve_target(spec, options.exclusions)) for spec in options.targets]
     modules = _Modules(config_for, on_import, _selectors(targets), _unreadable_results(targets))
-    planned: list[PlannedCheck] = []
-    planned_ids: set[str] = set()
+    checks: list[CollectedCheck] = []
+    collected_ids: set[str] = set()
     for spec, target in targets:
         if not target.files:
             config_for(Path(split_id(spec)[0]))
-        found_here = modules.planned(target)
+        found_here = modules.checks_of_target(target)
         if target.selector is not None:
             chosen = {s.id for s in select([p.subject for p in found_here], target.selector, spec)}
             found_here = [p for p in found_here if p.subject.id in chosen]
         for item in found_here:
-            if item.subject.id not in planned_ids:
-                planned_ids.add(item.subject.id)
-                planned.append(item)
+            if item.subject.id not in collected_ids:
+                collected_ids.add(item.subject.id)
+                checks.append(item)
     for path, config in cache.items():
         _check_config_names(config, modules.found_by_config.get(path, []))
-    planned, module_results = _narrowed(options, planned, list(modules.failures.values()))
-    return Collected(planned, tuple(module_results), _summary(targets, modules.imported, modules.failures))
+    checks, module_results = _narrowed(options, checks, list(modules.failures.values()))
+    return Collected(checks, tuple(module_results), _summary(targets, modules.imported, modules.failures))
 
 
 def _selectors(targets: list[tuple[str, Any]]) -> dict[Path, set[str]]:
@@ -180,14 +180,14 @@ class _Modules:
         self.selected = selected
         self.failures = failures
         """The module results of the files that could not be read or imported, by resolved path."""
-        self.imported: dict[Path, list[PlannedCheck]] = {}
+        self.imported: dict[Path, list[CollectedCheck]] = {}
         """The checks of each file imported, by resolved path."""
         self.found_by_config: dict[Path | None, list[Subject]] = {}
         """The subjects found, by the path of the config that applies to them."""
 
-    def planned(self, target: Target) -> list[PlannedCheck]:
+    def checks_of_target(self, target: Target) -> list[CollectedCheck]:
         """The checks of a target's files, each file imported the first time a target names it."""
-        found: list[PlannedCheck] = []
+        found: list[CollectedCheck] = []
         # A walk's files import by their names below its root (site-packages for an installed package).
         base = target.walks[0].names_root if target.walks else None
         for file in target.files:
@@ -202,7 +202,7 @@ class _Modules:
             found.extend(self.imported[resolved])
         return found
 
-    def _checks_of(self, file: Path, resolved: Path, explicit: bool, base: Path | None) -> list[PlannedCheck] | None:
+    def _checks_of(self, file: Path, resolved: Path, explicit: bool, base: Path | None) -> list[CollectedCheck] | None:
         """Import one file and find its subjects; None where a walk's file failed to import (its module result)."""
         config = self.config_for(file)
         if self.on_import is not None:
@@ -220,7 +220,7 @@ class _Modules:
         named = {*config.functions, *config.layers, *self.selected.get(resolved, set())}
         found = find_subjects(module, file, named)
         self.found_by_config.setdefault(config.path, []).extend(found)
-        return [PlannedCheck(subject, config, module_state) for subject in found]
+        return [CollectedCheck(subject, config, module_state) for subject in found]
 
 
 def _unreadable_results(targets: list[tuple[str, Any]]) -> dict[Path, Result]:
@@ -238,20 +238,20 @@ def _unreadable_results(targets: list[tuple[str, Any]]) -> dict[Path, Result]:
 
 
 def _narrowed(
-    options: RunOptions, planned: list[PlannedCheck], module_results: list[Result]
-) -> tuple[list[PlannedCheck], list[Result]]:
+    options: RunOptions, checks: list[CollectedCheck], module_results: list[Result]
+) -> tuple[list[CollectedCheck], list[Result]]:
     """``-k``, ``--changed-since`` and ``--shard`` applied; module results by their file and id alike."""
     if options.keyword:
-        planned = [p for p in planned if options.keyword in p.subject.id]
+        checks = [p for p in checks if options.keyword in p.subject.id]
     if options.changed is not None and options.changed_root is not None:
-        paths = {Path(p.subject.path) for p in planned} | {Path(str(r.path)) for r in module_results}
+        paths = {Path(p.subject.path) for p in checks} | {Path(str(r.path)) for r in module_results}
         chosen = selection.affected(paths, options.changed, options.changed_root)
-        planned = [p for p in planned if Path(p.subject.path).resolve() in chosen]
+        checks = [p for p in checks if Path(p.subject.path).resolve() in chosen]
         module_results = [r for r in module_results if Path(str(r.path)).resolve() in chosen]
     if options.shard is not None:
-        planned = [p for p in planned if selection.in_shard(p.subject.id, options.shard)]
+        checks = [p for p in checks if selection.in_shard(p.subject.id, options.shard)]
         module_results = [r for r in module_results if selection.in_shard(r.id, options.shard)]
-    return planned, module_results
+    return checks, module_results
 
 
 def _summary(targets: list[tuple[str, Any]], imported: dict[Path, Any], failures: dict[Path, Result]) -> Collection:

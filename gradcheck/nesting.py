@@ -11,7 +11,7 @@ function's own globals, closure and defaults, as the interpreter would, so
 ``tf2.custom_gradient``, ``custom_gradient.custom_gradient`` and a
 decorator bound under another name are all seen. A check then confirms the
 candidate by recording which custom gradients a call really reaches
-(:mod:`gradcheck.targets.reaching`).
+(:mod:`gradcheck.targets.nested`).
 
 A function that reaches custom gradients only through module-level
 custom-gradient functions is not a candidate: those are checked themselves.
@@ -100,7 +100,7 @@ def _followed(value: Any, home: str) -> bool:
     return top == home or not (_tf.is_tf_own(value) or top in sys.stdlib_module_names or top == "numpy")
 
 
-class Reachability:
+class NestingReader:
     """Answers "does this function make custom gradients as it runs?" for one module's code."""
 
     def __init__(self, module: ModuleType | str) -> None:
@@ -244,29 +244,29 @@ class Candidate:
     """The module's private custom gradients it calls (checked through it)."""
 
 
-def candidates(module: ModuleType, taken: set[str], reach: Reachability | None = None) -> list[Candidate]:
+def candidates(module: ModuleType, taken: set[str], reader: NestingReader | None = None) -> list[Candidate]:
     """Each public function or method ``module`` defines that makes custom gradients as it runs (as
-    ``reach`` judges, by default :class:`Reachability`), except the names in ``taken`` (found otherwise).
+    ``reader`` reads it, by default :class:`NestingReader`), except the names in ``taken`` (found otherwise).
 
     A private function (``_helper``) is listed only when named explicitly:
     it is checked through the public functions that call it.
     """
-    reach = reach if reach is not None else Reachability(module)
+    reader = reader if reader is not None else NestingReader(module)
     found: list[Candidate] = []
     for name, obj in list(vars(module).items()):
         if inspect.isclass(obj):
             if obj.__module__ == module.__name__ and not _tf.is_keras_layer_class(obj):
-                found.extend(_method_candidates(reach, name, obj, taken))
+                found.extend(_method_candidates(reader, name, obj, taken))
             continue
         function = plain_function(obj)
         if name in taken or not inspect.isfunction(function) or function.__module__ != module.__name__:
             continue
-        if _tf.custom_gradient_parts(obj) is None and not reach.for_others(function) and reach.reaches(function):
-            found.append(Candidate(name, obj, None, "function", reach.private_reached(function)))
+        if _tf.custom_gradient_parts(obj) is None and not reader.for_others(function) and reader.reaches(function):
+            found.append(Candidate(name, obj, None, "function", reader.private_reached(function)))
     return [entry for entry in found if not entry.name.rpartition(".")[2].startswith("_")]
 
 
-def _method_candidates(reach: Reachability, cls_name: str, cls: type, taken: set[str]) -> Iterator[Candidate]:
+def _method_candidates(reader: NestingReader, cls_name: str, cls: type, taken: set[str]) -> Iterator[Candidate]:
     for attr, member in vars(cls).items():
         name = f"{cls_name}.{attr}"
         function = plain_function(member)
@@ -281,8 +281,8 @@ def _method_candidates(reach: Reachability, cls_name: str, cls: type, taken: set
             if isinstance(member, classmethod)
             else "method"
         )
-        if not reach.for_others(function) and reach.reaches(function, cls):
-            yield Candidate(name, function, cls, binding, reach.private_reached(function))
+        if not reader.for_others(function) and reader.reaches(function, cls):
+            yield Candidate(name, function, cls, binding, reader.private_reached(function))
 
 
 def _is_factory(function: Any) -> bool:

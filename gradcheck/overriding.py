@@ -23,7 +23,7 @@ from gradcheck import nesting
 MARKER = "gradient_override_map"
 
 
-class OverrideReach(nesting.Reachability):
+class OverrideReader(nesting.NestingReader):
     """Answers "does this function enter a ``gradient_override_map`` as it runs?" for one module's code."""
 
     def __init__(self, module: ModuleType | str) -> None:

@@ -2,24 +2,24 @@
 
 Each worker is driven through a :class:`gradcheck.run.Runner` of its own
 (in ``gradcheck run``, with the same job and the same bounds): it imports
-the targets, plans the same functions, and checks whichever function it is
+the targets, lists the same functions in its manifest, and checks whichever function it is
 handed within that function's timeout and the memory bound, exactly as the
 single worker of ``-j 1`` does. A thread per worker waits on it (the
 waiting is polling of pipes and ``/proc``, so the threads cost nothing while
-the workers compute); the calling thread alone hands out functions in plan
-order, hears of every start and finish, and passes results on in plan order.
+the workers compute); the calling thread alone hands out functions in manifest
+order, hears of every start and finish, and passes results on in manifest order.
 
 So that the report is the one ``-j 1`` makes, only the results of an
-unbroken prefix of the plan count:
+unbroken prefix of the manifest count:
 
-- ``--maxfail``: the run stops at the result, in plan order, that reaches
+- ``--maxfail``: the run stops at the result, in manifest order, that reaches
   the limit; results of later functions that finished early are dropped,
   and the functions still being checked are stopped;
 - Ctrl-C: every worker is stopped; the report has the prefix finished so far;
 - a worker that cannot collect the targets again (:class:`gradcheck.run.Abandoned`)
   makes its function and every later one an error, as with ``-j 1``.
 
-The first worker's plan says how many functions there are; only then are
+The first worker's manifest says how many functions there are; only then are
 the other workers started, never more than there are functions. Each starts
 its own worker and collects before it takes a function, so no function waits
 on a worker still importing TensorFlow. With ``-j auto`` (:class:`Pace`) a
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradcheck.results import Result, RunReport
-from gradcheck.run import Abandoned, Plan, Runner, collection_failures, run_report
+from gradcheck.run import Abandoned, Manifest, Runner, collection_failures, run_report
 
 #: How often (seconds) the calling thread wakes while it waits, so that Ctrl-C is heard at once.
 _WAKE_SECONDS = 0.1
@@ -78,15 +78,15 @@ def thread_environment(environ: dict[str, str], workers: int) -> dict[str, str]:
 
 @dataclass
 class _Ordered:
-    """The calling thread's record of a parallel run: results in plan order, and where to stop."""
+    """The calling thread's record of a parallel run: results in manifest order, and where to stop."""
 
     ids: Sequence[str]
-    plan: Plan
+    manifest: Manifest
     maxfail: int | None
     on_result: Callable[[Result, int, int], None] | None
     results: list[Result] = field(default_factory=list)
     waiting: dict[int, Result] = field(default_factory=dict)
-    """Results that finished before a function earlier in the plan."""
+    """Results that finished before a function earlier in the manifest."""
     failures: int = 0
     done: bool = False
     """The run is over: every function reported, ``--maxfail`` reached, or abandoned."""
@@ -101,7 +101,7 @@ class _Ordered:
         self.done = self.maxfail is not None and self.failures >= self.maxfail
 
     def add(self, index: int, result: Result) -> None:
-        """A finished result: pass on every result that is now next in plan order."""
+        """A finished result: pass on every result that is now next in manifest order."""
         if self.cut is None or index < self.cut:
             self.waiting[index] = result
         self._pass_on()
@@ -119,7 +119,7 @@ class _Ordered:
             position = len(self.results)
             result = self.waiting.pop(position)
             self.results.append(result)
-            self.failures += result.status in self.plan.fail_on
+            self.failures += result.status in self.manifest.fail_on
             if self.on_result is not None:
                 self.on_result(result, position, len(self.ids))
             reached = self.maxfail is not None and self.failures >= self.maxfail
@@ -197,7 +197,7 @@ class _Slot:
 
 
 class _Dispatcher:
-    """Functions handed out in plan order, until the run stops."""
+    """Functions handed out in manifest order, until the run stops."""
 
     def __init__(self, total: int) -> None:
         self.total = total
@@ -221,16 +221,16 @@ class _Dispatcher:
 def check_parallel(
     ids: Sequence[str],
     runners: Sequence[Runner],
-    plan: Plan,
+    manifest: Manifest,
     maxfail: int | None,
     started: float,
     on_start: Callable[[str, int, int], None] | None = None,
     on_result: Callable[[Result, int, int], None] | None = None,
     pace: Pace | None = None,
 ) -> RunReport:
-    """Check every function of ``ids`` (the plan's, in order) on all ``runners`` at once; the report of ``-j 1``.
+    """Check every function of ``ids`` (the manifest's, in order) on all ``runners`` at once; the report of ``-j 1``.
 
-    The first runner is ready (its worker has the plan), each other one gets
+    The first runner is ready (its worker has the manifest), each other one gets
     ready (:meth:`gradcheck.run.Runner.ready`) before it takes a function.
     With ``pace`` the others start one at a time, when
     :meth:`Pace.worth_another` says so; without, all at once. The workers are
@@ -240,7 +240,7 @@ def check_parallel(
     worker is stopped.
     """
     dispatcher = _Dispatcher(len(ids))
-    ordered = _Ordered(ids, plan, maxfail, on_result, failures=collection_failures(plan))
+    ordered = _Ordered(ids, manifest, maxfail, on_result, failures=collection_failures(manifest))
     slots = [_Slot(runner, dispatcher) for runner in runners]
     for slot in slots[:1] if pace is not None else slots:
         slot.thread.start()
@@ -256,7 +256,7 @@ def check_parallel(
         _stop_all(dispatcher, slots, stop_workers=not complete)
     if raised is not None:
         raise raised
-    return run_report(ids, ordered.results, plan, maxfail, started, interrupted)
+    return run_report(ids, ordered.results, manifest, maxfail, started, interrupted)
 
 
 def _collect(

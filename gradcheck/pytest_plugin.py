@@ -79,7 +79,7 @@ class GradcheckFailure(Exception):
 
 
 class GradcheckPlugin:
-    """The part of the plugin that exists only with ``--gradcheck``: targets, plan, collection."""
+    """The part of the plugin that exists only with ``--gradcheck``: targets, collection."""
 
     def __init__(self, config: pytest.Config, targets: tuple[str, ...]) -> None:
         from gradcheck import session
@@ -99,9 +99,9 @@ class GradcheckPlugin:
         for spec in targets:
             for file in resolve_target(spec, self.options.exclusions).files:
                 self.files.setdefault(file.resolve(), spec)
-        self._plan: dict[Path, list[Any]] | None = None
+        self._checks_by_file: dict[Path, list[Any]] | None = None
         self._module_results: dict[Path, Result] = {}
-        self._plan_error: UsageError | None = None
+        self._collection_error: UsageError | None = None
 
     def add_uncovered_targets(self) -> None:
         """Add each target file that pytest's own arguments do not reach to what it collects."""
@@ -139,34 +139,34 @@ class GradcheckPlugin:
                 report.longrepr = (os.fspath(path), line + 1, report.longrepr[2])
         return report
 
-    def plan(self) -> dict[Path, list[Any]]:
+    def checks_by_file(self) -> dict[Path, list[Any]]:
         """Every target's functions with their configs, found once for the whole session.
 
         All targets are collected together, as ``gradcheck run`` collects
         them, so a config naming functions of several modules is checked
         against all of them.
         """
-        if self._plan_error is not None:
-            raise self._plan_error
-        if self._plan is None:
+        if self._collection_error is not None:
+            raise self._collection_error
+        if self._checks_by_file is None:
             from gradcheck.collection import collect
 
             try:
                 collected = collect(self.options)
             except UsageError as error:
-                self._plan_error = error
+                self._collection_error = error
                 raise
-            plan: dict[Path, list[Any]] = {}
-            for item in collected.planned:
-                plan.setdefault(self._file_of(item.subject.path), []).append(item)
+            by_file: dict[Path, list[Any]] = {}
+            for check in collected.checks:
+                by_file.setdefault(self._file_of(check.subject.path), []).append(check)
             # A module of a walk that failed to import is one failing item, not a collection error.
             self._module_results = {self._file_of(str(r.path)): r for r in collected.module_results}
-            self._plan = plan
-        return self._plan
+            self._checks_by_file = by_file
+        return self._checks_by_file
 
     def module_result(self, path: Path) -> Result | None:
         """The ``error`` result of ``path`` where a walk brought it in and it failed to import."""
-        self.plan()
+        self.checks_by_file()
         return self._module_results.get(path.resolve())
 
     def _file_of(self, shown: str) -> Path:
@@ -188,9 +188,9 @@ class GradcheckModule(pytest.File):
         """One item per function, in definition order; one failing item where the module failed to import."""
         failed = self.plugin.module_result(self.path)
         if failed is not None:
-            yield GradcheckItem.from_parent(self, name="import", planned=None, failed_import=failed)
-        for planned in self.plugin.plan().get(self.path.resolve(), []):
-            yield GradcheckItem.from_parent(self, name=planned.subject.name, planned=planned)
+            yield GradcheckItem.from_parent(self, name="import", check=None, failed_import=failed)
+        for check in self.plugin.checks_by_file().get(self.path.resolve(), []):
+            yield GradcheckItem.from_parent(self, name=check.subject.name, check=check)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         """A bad target or config is one line, as on the command line."""
@@ -202,9 +202,9 @@ class GradcheckModule(pytest.File):
 class GradcheckItem(pytest.Item):
     """One custom-gradient function, checked when the item runs."""
 
-    def __init__(self, *, planned: Any, failed_import: Result | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, check: Any, failed_import: Result | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.planned = planned
+        self.check = check
         self.failed_import = failed_import
         """For the item that stands for a module that failed to import: its ``error`` result."""
         self.result: Result | None = failed_import
@@ -220,7 +220,7 @@ class GradcheckItem(pytest.Item):
         module = self.parent
         assert isinstance(module, GradcheckModule)  # the only collector that makes these items
         plugin = module.plugin
-        request = request_for(self.planned, plugin.options)
+        request = request_for(self.check, plugin.options)
         result = check_subject(request)
         self.result = result
         self.user_properties.append(("gradcheck_status", result.status))
@@ -243,7 +243,7 @@ class GradcheckItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         """Where the function is defined, for pytest's headers."""
-        line = self.planned.subject.line if self.planned is not None else (self.result and self.result.line)
+        line = self.check.subject.line if self.check is not None else (self.result and self.result.line)
         return self.path, (line - 1 if line else None), f"gradcheck: {self.name}"
 
 

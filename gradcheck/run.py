@@ -1,4 +1,4 @@
-"""The one run loop: check the planned functions in order, stop at ``--maxfail`` or Ctrl-C, report.
+"""The one run loop: check the functions of a run's manifest in order, stop at ``--maxfail`` or Ctrl-C, report.
 
 In-process runs (:func:`gradcheck.session.run`) and worker runs
 (:func:`gradcheck.worker.run`) both go through :func:`check_all`; they
@@ -18,11 +18,11 @@ from typing import Protocol
 from gradcheck.results import VERSION, Collection, Result, RunReport
 
 
-class Plan(Protocol):
-    """What a run's plan tells the loop: the seed for the report, the statuses that fail the run,
+class Manifest(Protocol):
+    """What a run's manifest tells the loop: the seed for the report, the statuses that fail the run,
     and what collection found: the results of modules that failed to import, and its summary."""
 
-    # Read-only: a frozen record (the worker's ``Planned``) is a plan too.
+    # Read-only: a frozen record (the worker's ``WorkerManifest``) is a manifest too.
     @property
     def seed(self) -> int: ...
     @property
@@ -36,13 +36,13 @@ class Plan(Protocol):
 class Runner(Protocol):
     """One worker of a parallel run, as :mod:`gradcheck.pool` drives it from a thread of its own.
 
-    Every runner of a run checks the same plan: ``check(index)`` checks the
-    function at ``index`` of the first worker's plan. In ``gradcheck run``
+    Every runner of a run checks the same manifest: ``check(index)`` checks the
+    function at ``index`` of the first worker's manifest. In ``gradcheck run``
     it is a :class:`gradcheck.worker.bookkeeping.WorkerRun`.
     """
 
     def ready(self) -> bool:
-        """Start a worker and collect the targets, unless one has the plan already; False if it cannot."""
+        """Start a worker and collect the targets, unless one has the manifest already; False if it cannot."""
 
     def check(self, index: int) -> Result:
         """The result of the function at ``index``; raise :class:`Abandoned` where it and all after it cannot be."""
@@ -65,7 +65,7 @@ class Abandoned(Exception):
 def check_all(
     ids: Sequence[str],
     check: Callable[[int], Result],
-    plan: Plan,
+    manifest: Manifest,
     maxfail: int | None,
     started: float,
     on_start: Callable[[str, int, int], None] | None = None,
@@ -74,14 +74,14 @@ def check_all(
     """Check the function at each index of ``ids`` with ``check``, in order, and make the report.
 
     With ``maxfail`` the run stops once that many results have a status in
-    ``plan.fail_on`` (as pytest's ``--maxfail``); Ctrl-C stops it too, with the
+    ``manifest.fail_on`` (as pytest's ``--maxfail``); Ctrl-C stops it too, with the
     results so far and ``interrupted`` set. What was not checked is listed in
     the report's ``not_checked``. ``started`` is the run's start
     (``time.perf_counter()``), collection included.
     """
     results: list[Result] = []
     interrupted = False
-    failures = collection_failures(plan)
+    failures = collection_failures(manifest)
     try:
         for index, id_ in enumerate(ids):
             if maxfail is not None and failures >= maxfail:
@@ -94,23 +94,23 @@ def check_all(
                 results.extend(abandoned.results)
                 break
             results.append(result)
-            failures += result.status in plan.fail_on
+            failures += result.status in manifest.fail_on
             if on_result is not None:
                 on_result(result, index, len(ids))
     except KeyboardInterrupt:
         interrupted = True
-    return run_report(ids, results, plan, maxfail, started, interrupted)
+    return run_report(ids, results, manifest, maxfail, started, interrupted)
 
 
-def collection_failures(plan: Plan) -> int:
+def collection_failures(manifest: Manifest) -> int:
     """How many of the modules that failed to import count towards ``--maxfail``, as failing results do."""
-    return sum(result.status in plan.fail_on for result in plan.module_results)
+    return sum(result.status in manifest.fail_on for result in manifest.module_results)
 
 
 def run_report(
     ids: Sequence[str],
     results: Sequence[Result],
-    plan: Plan,
+    manifest: Manifest,
     maxfail: int | None,
     started: float,
     interrupted: bool,
@@ -120,13 +120,13 @@ def run_report(
     The modules that failed to import come first, as collection errors do in pytest.
     """
     return RunReport(
-        results=(*plan.module_results, *results),
-        seed=plan.seed,
+        results=(*manifest.module_results, *results),
+        seed=manifest.seed,
         seconds=time.perf_counter() - started,
         interrupted=interrupted,
         version=VERSION,
-        fail_on=plan.fail_on,
+        fail_on=manifest.fail_on,
         maxfail=maxfail,
         not_checked=tuple(ids[len(results) :]),
-        collection=plan.collection,
+        collection=manifest.collection,
     )

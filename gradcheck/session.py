@@ -1,4 +1,4 @@
-"""A whole run: its options resolved once, the plan (collection, one request per function), the report.
+"""A whole run: its options resolved once, the manifest (collection, one request per function), the report.
 
 The command line and the pytest plugin both drive runs through here; nothing
 in this module prints. Progress reaches the caller through ``on_result``.
@@ -140,8 +140,8 @@ def listing(options: RunOptions) -> Listing:
     """What would be checked: each function with its signature (as its kind gives it) and resolved shapes."""
     entries = []
     collected = collect(options)
-    for planned in collected.planned:
-        request = request_for(planned, options)
+    for check in collected.checks:
+        request = request_for(check, options)
         subject = request.subject
         signature = subject.kind.signature(subject)
         plan = declared_plan(request, signature, request.settings.dtype)
@@ -192,8 +192,8 @@ def _listed(argument: Argument) -> tuple[Argument, ...]:
 
 
 @dataclass(frozen=True)
-class RunPlan:
-    """What a run checks: one request per function, in order, with the run's seed and failing statuses."""
+class RunManifest:
+    """The run's manifest: one request per function, in the order they are checked, the seed, the failing statuses."""
 
     requests: tuple[CheckRequest, ...]
     """One per function or layer, in the order they are checked."""
@@ -207,13 +207,13 @@ class RunPlan:
     """What collection scanned, imported, excluded and failed to import."""
 
 
-def plan_run(options: RunOptions, on_import: Callable[[str], None] | None = None) -> RunPlan:
+def run_manifest(options: RunOptions, on_import: Callable[[str], None] | None = None) -> RunManifest:
     """Collect the targets and build every check request; raise a UsageError for bad input."""
     collected = collect(options, on_import=on_import)
-    requests = tuple(request_for(p, options) for p in collected.planned)
+    requests = tuple(request_for(check, options) for check in collected.checks)
     seed = requests[0].settings.seed if requests else int(options.overrides.get("seed", 0))
     strict = any(r.settings.strict for r in requests) or bool(options.overrides.get("strict"))
-    return RunPlan(
+    return RunManifest(
         requests=requests,
         seed=seed,
         fail_on=fail_on_statuses(options.fail_on, strict),
@@ -223,7 +223,7 @@ def plan_run(options: RunOptions, on_import: Callable[[str], None] | None = None
 
 
 def check_one(request: CheckRequest) -> Result:
-    """Check one planned function; what the user's code prints goes to standard error, never into a report."""
+    """Check one function of the manifest; what the user's code prints goes to standard error, never into a report."""
     with contextlib.redirect_stdout(sys.stderr):
         result = check_subject(request)
     aliases = request.subject.aliases
@@ -247,10 +247,10 @@ def run(
     ``--maxfail``, is :func:`gradcheck.run.check_all`.
     """
     started = time.perf_counter()
-    plan = plan_run(options)
-    ids = [request.subject.id for request in plan.requests]
+    manifest = run_manifest(options)
+    ids = [request.subject.id for request in manifest.requests]
     return check_all(
-        ids, lambda index: check_one(plan.requests[index]), plan, options.maxfail, started, on_start, on_result
+        ids, lambda index: check_one(manifest.requests[index]), manifest, options.maxfail, started, on_start, on_result
     )
 
 

@@ -96,8 +96,8 @@ def starter_entries(targets: tuple[str, ...], seed: int = 0, exclusions: tuple[E
     options = RunOptions(targets=targets, overrides={"seed": seed}, exclusions=exclusions)
     entries = []
     collected = collect(options, read_configs=False)
-    for planned in collected.planned:
-        request = request_for(planned, options)
+    for check in collected.checks:
+        request = request_for(check, options)
         subject = request.subject
         named = StarterEntry(table=subject.kind.table, name=subject.name, id=subject.id)
         guess = guess_shapes(request)

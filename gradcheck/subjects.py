@@ -23,7 +23,7 @@ from gradcheck.config import closest
 from gradcheck.errors import TargetError
 from gradcheck.kinds import SubjectKind, kind_named
 from gradcheck.kinds.product import takes_only_args
-from gradcheck.overriding import OverrideReach
+from gradcheck.overriding import OverrideReader
 from gradcheck.paths import display_path
 
 
@@ -31,8 +31,6 @@ from gradcheck.paths import display_path
 class Subject:
     """One custom-gradient function (or layer) found in a module."""
 
-    id: str
-    """``path::name`` as shown in reports and accepted by ``::``."""
     name: str
     """Name in its module: ``func``, or ``Class.method`` for methods."""
     kind: SubjectKind
@@ -61,6 +59,11 @@ class Subject:
     """Named by ``::NAME`` or a config table: checked even where it reaches no custom gradient."""
     aliases: tuple[str, ...] = ()
     """Other names the module gives the same object (``Alias = Layer``): checked once, under ``name``."""
+
+    @property
+    def id(self) -> str:
+        """``path::name``, as reports show it and ``::`` selects it (read by :func:`~gradcheck.results.split_id`)."""
+        return f"{self.path}::{self.name}"
 
 
 def _def_line(func: Any) -> int:
@@ -113,7 +116,7 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
     parts = _tf.custom_gradient_parts(obj)
     wrapper = _tf.wrapper_parts(obj) if parts is None and (place is None or place.owner is None) else None
     if parts is None and wrapper is None:
-        return _reaching_callable(obj) if place is None else None
+        return _nested_callable(obj) if place is None else None
     forward = parts.forward if parts is not None else wrapper[1]  # type: ignore[index]
     if place is not None and not _defined_here(forward, place.module):
         return None
@@ -129,7 +132,6 @@ def subject_of(obj: Any, place: Place | None = None) -> Subject | None:
     if place is not None and kind.positional_guesses:  # made by a factory: where the module binds it
         line = _top_level_line(place.name, place.path) or line
     return Subject(
-        id=f"{shown}::{name}",
         name=name,
         kind=kind,
         path=shown,
@@ -149,8 +151,9 @@ def _binding(place: Place | None, forward: Any) -> str:
     return "product" if binding == "function" and takes_only_args(forward) else binding
 
 
-def _reaching_callable(obj: Any) -> Subject | None:
-    """A function or bound method handed to ``gradcheck.check`` that makes custom gradients as it runs."""
+def _nested_callable(obj: Any) -> Subject | None:
+    """A nested subject handed to ``gradcheck.check``: a function or bound method that makes custom gradients as it
+    runs (or, of the registered kind, enters a ``gradient_override_map``)."""
     function = nesting.plain_function(obj)
     if not inspect.isfunction(function):
         return None
@@ -160,7 +163,6 @@ def _reaching_callable(obj: Any) -> Subject | None:
     shown = _shown_source(function)
     name = function.__qualname__
     return Subject(
-        id=f"{shown}::{name}",
         name=name,
         kind=kind_named(f"{how} function"),
         path=shown,
@@ -175,9 +177,9 @@ def _reaching_callable(obj: Any) -> Subject | None:
 def reached_as(obj: Any, home: ModuleType | str, cls: type | None = None) -> str | None:
     """How ``obj`` reaches its gradients as it runs: ``nested`` (it makes custom gradients, or calls one of its
     module's private ones), ``registered`` (it enters a ``gradient_override_map``), or None."""
-    if nesting.Reachability(home).reaches(obj, cls):
+    if nesting.NestingReader(home).reaches(obj, cls):
         return "nested"
-    return "registered" if OverrideReach(home).reaches(obj, cls) else None
+    return "registered" if OverrideReader(home).reaches(obj, cls) else None
 
 
 def _shown_source(function: Any) -> str:
@@ -221,10 +223,10 @@ def find_subjects(module: ModuleType, path: Path, named: Iterable[str] = ()) -> 
     taken = {subject.name for subject in subjects} | {alias for subject in subjects for alias in subject.aliases}
     named = set(named)
     through_callers: set[str] = set()
-    for how, reach in (("nested", nesting.Reachability(module)), ("registered", OverrideReach(module))):
-        for candidate in nesting.candidates(module, taken, reach):
+    for how, reader in (("nested", nesting.NestingReader(module)), ("registered", OverrideReader(module))):
+        for candidate in nesting.candidates(module, taken, reader):
             place = Place(candidate.name, path, module, candidate.owner, candidate.binding)
-            subjects.append(_reaching_subject(candidate.obj, place, candidate.name in named, how))
+            subjects.append(_nested_subject(candidate.obj, place, candidate.name in named, how))
             taken.add(candidate.name)
             through_callers |= candidate.private_reached
     for name in sorted(named):
@@ -270,12 +272,12 @@ def _own_name(subject: Subject) -> str | None:
         return None
 
 
-def _reaching_subject(function: Any, place: Place, explicit: bool = False, how: str = "nested") -> Subject:
-    """A function or method checked through the gradients it reaches as it runs (``how``: see :func:`reached_as`)."""
+def _nested_subject(function: Any, place: Place, explicit: bool = False, how: str = "nested") -> Subject:
+    """A nested function or method: checked through the gradients it reaches as it runs (``how``: ``nested``, or
+    ``registered``, the nested kind that applies registered gradients; see :func:`reached_as`)."""
     forward = nesting.plain_function(function)
     shown = display_path(place.path)
     return Subject(
-        id=f"{shown}::{place.name}",
         name=place.name,
         kind=kind_named(f"{how} {place.binding}"),
         path=shown,
@@ -312,7 +314,7 @@ def _explicit_subject(module: ModuleType, path: Path, name: str) -> Subject | No
     elif owner is None:
         binding = "function"
     how = reached_as(obj, module, owner) or "nested"
-    return _reaching_subject(obj, Place(name, path, module, owner, binding), True, how)
+    return _nested_subject(obj, Place(name, path, module, owner, binding), True, how)
 
 
 def _layer_subject(obj: Any, cls: type, place: Place | None) -> Subject | None:
@@ -341,7 +343,6 @@ def _placed_layer(obj: Any, cls: type, place: Place | None, call: Any, kind: Sub
         name, shown, line = cls.__name__, display_path(Path(source)), 0
         module = sys.modules.get(cls.__module__)
     return Subject(
-        id=f"{shown}::{name}",
         name=name,
         kind=kind,
         path=shown,

@@ -1,6 +1,7 @@
-"""The package's shape, as docs/architecture.md states it: imports run one way, TensorFlow and click
-stay behind one module each, the library never prints or exits, every module has its line in the map,
-and nothing is dead code (vulture, with the entry points of tests/vulture_whitelist.py).
+"""The package's shape, as docs/architecture.md states it: imports run one way (each one its module's row
+allows, of a row above), TensorFlow and click stay behind one module each, the library never prints or
+exits, every module has its line in the map, and nothing is dead code (vulture, with the entry points of
+tests/vulture_whitelist.py).
 
 These read the source with the ast (no import of TensorFlow), so they run without it.
 """
@@ -180,6 +181,71 @@ def test_the_architecture_page_has_a_line_for_every_module() -> None:
         else:
             shown = path.name
         assert f"`{shown}`" in page, shown
+
+
+def _room(module: str) -> str:
+    """The row of docs/architecture.md a module answers to: its subpackage's (``checking/``), else its file's."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return "__init__.py"
+    return f"{parts[0]}/" if len(parts) > 1 or PACKAGE.joinpath(parts[0]).is_dir() else f"{parts[0]}.py"
+
+
+def _table() -> dict[str, str]:
+    """The modules table, row by row in its order (bottom layer first): a module's row -> what it may import."""
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\| `([^`]+)` \| .* \| ([^|]*) \|$", page, re.MULTILINE)}
+
+
+def _table_breaches(graph: dict[str, set[str]], table: dict[str, str]) -> list[str]:
+    """Imports the table does not allow: of a room its row does not name, or of a room whose row is below."""
+    order = list(table)
+    found = []
+    for name, targets in sorted(graph.items()):
+        room = _room(name)
+        allowed = table[room].strip()
+        named = {word.strip() for word in re.sub(r"\s*\([^)]*\)", "", allowed).split(",")}
+        for target in sorted(targets):
+            other = _room(target)
+            if other == room:
+                continue
+            if order.index(other) > order.index(room):
+                found.append(f"{name} imports {target}, whose row is below its own")
+            elif (
+                allowed not in ("everything", "everything above") and other.rstrip("/").removesuffix(".py") not in named
+            ):
+                found.append(f"{name} imports {target}, which its row ({allowed}) does not name")
+    return found
+
+
+def test_every_import_is_one_the_architecture_page_allows() -> None:
+    table = _table()
+    assert {_room(name) for name in MODULES} <= set(table)
+    assert _table_breaches(_graph(), table) == []
+
+
+def test_an_import_the_page_does_not_allow_is_found() -> None:
+    table = {
+        "results.py": "nothing",
+        "inputs.py": "results, dtypes",
+        "checking/": "everything above",
+        "cli/": "everything",
+    }
+    graph = {
+        "gradcheck.results": {"gradcheck.inputs"},
+        "gradcheck.inputs": {"gradcheck.results", "gradcheck.checking.build"},
+        "gradcheck.checking.build": {"gradcheck.inputs", "gradcheck.checking.draws"},
+        "gradcheck.cli": {"gradcheck.checking"},
+    }
+    assert _table_breaches(graph, table) == [
+        "gradcheck.inputs imports gradcheck.checking.build, whose row is below its own",
+        "gradcheck.results imports gradcheck.inputs, whose row is below its own",
+    ]
+    table["inputs.py"] = "dtypes"
+    graph["gradcheck.results"], graph["gradcheck.inputs"] = set(), {"gradcheck.results"}
+    assert _table_breaches(graph, table) == [
+        "gradcheck.inputs imports gradcheck.results, which its row (dtypes) does not name"
+    ]
 
 
 def test_the_version_literal_is_written_once() -> None:

@@ -229,12 +229,12 @@ def test_problem_seen_in_every_execution_names_none(reports: dict[str, Any], mod
 
 
 def test_redraw_note_says_passed_only_in_a_passing_result() -> None:
-    judgement = draw_loop.Judgement({}, [], ["a run note"], [], redrawn=("x",))
-    passing = draw_loop.redraw_notes(judgement, failed=False)
-    failing = draw_loop.redraw_notes(judgement, failed=True)
+    conclusion = draw_loop.Conclusion({}, [], ["a run note"], [], redrawn=("x",))
+    passing = draw_loop.redraw_notes(conclusion, failed=False)
+    failing = draw_loop.redraw_notes(conclusion, failed=True)
     assert passing[0] == "a run note" and passing[-1].endswith("passed on redraw")
     assert "passed on redraw" not in failing[-1] and "x agreed on the fresh draw" in failing[-1]
-    assert draw_loop.redraw_notes(draw_loop.Judgement({}, [], ["a run note"], []), failed=True) == ["a run note"]
+    assert draw_loop.redraw_notes(draw_loop.Conclusion({}, [], ["a run note"], []), failed=True) == ["a run note"]
 
 
 # -- second order: the same draws and decision as first order (issue 19, item 11) ------

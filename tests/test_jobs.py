@@ -169,7 +169,7 @@ def test_a_worker_kept_idle_between_runs_keeps_the_start_up_of_a_fresh_one(proje
 
     unstarted = Worker()
     try:
-        assert unstarted.startup is None  # measured at its first plan, not before
+        assert unstarted.startup is None  # measured at its first manifest, not before
     finally:
         unstarted.close()
     (project / "ops.py").write_text(_counting(1), encoding="utf-8")
@@ -203,7 +203,7 @@ def test_workers_share_the_cores_between_their_thread_pools() -> None:
 # -- the pool drives any Runner ------------------------------------------------------------
 
 
-class _Plan:
+class _Manifest:
     seed = 0
     fail_on = ("failed",)
     module_results: tuple[Result, ...] = ()
@@ -236,10 +236,10 @@ class _Runner:
 
 def test_the_pool_needs_only_the_runner_protocol() -> None:
     # The runner holding f0 waits, so the other checks f1 and f2: f1's result, which finished first,
-    # is dropped once f0 reaches --maxfail in plan order, and f2, still in flight, is killed.
+    # is dropped once f0 reaches --maxfail in manifest order, and f2, still in flight, is killed.
     f2_started = threading.Event()
     runners = [_Runner(f2_started), _Runner(f2_started)]
-    report = pool.check_parallel(["f0", "f1", "f2"], runners, _Plan(), 1, time.perf_counter())
+    report = pool.check_parallel(["f0", "f1", "f2"], runners, _Manifest(), 1, time.perf_counter())
     assert [result.id for result in report.results] == ["f0"]
     assert report.not_checked == ("f1", "f2")
     assert [runner.readied for runner in runners] == [1, 1]

@@ -93,14 +93,14 @@ class Doubling(keras.layers.Layer):
 EXPECTED = {
     "square": ("function", "FunctionTarget", "functions", False, True),
     "recomputed": ("wrapper", "WrapperTarget", "functions", False, True),
-    "nested_square": ("nested function", "ReachingTarget", "functions", True, True),
+    "nested_square": ("nested function", "NestedTarget", "functions", True, True),
     "Ops.scaled": ("method", "FunctionTarget", "functions", False, True),
     "Ops.tripled": ("staticmethod", "FunctionTarget", "functions", False, True),
-    "Ops.squared": ("nested classmethod", "ReachingTarget", "functions", True, True),
+    "Ops.squared": ("nested classmethod", "NestedTarget", "functions", True, True),
     "doubled": ("product", "FunctionTarget", "functions", False, True),
     "flipped": ("registered function", "RegisteredTarget", "functions", True, True),
     "Squaring": ("layer", "LayerTarget", "layers", True, False),
-    "Doubling": ("nested layer", "ReachingTarget", "layers", True, False),
+    "Doubling": ("nested layer", "NestedTarget", "layers", True, False),
 }
 
 

@@ -37,7 +37,7 @@ SMOOTH = {
 ERRORS = [0.0, 1e-9, 1e-7, 1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 1e-3, 1e-2]
 
 
-def _case(name: str, size: int, seed: int) -> tuple[evidence.Judging, Source, dict, np.ndarray, object]:
+def _case(name: str, size: int, seed: int) -> tuple[evidence.JudgingContext, Source, dict, np.ndarray, object]:
     forward, derivative = SMOOTH[name]
     rng = np.random.default_rng(seed)
     x = rng.uniform(-2.0, 2.0, size=size)
@@ -48,22 +48,24 @@ def _case(name: str, size: int, seed: int) -> tuple[evidence.Judging, Source, di
         return float(np.sum(products)), float(np.sum(np.abs(products)))
 
     values = {"x": x}
-    judging = evidence.Judging(Settings(reference="numeric"), f"quick-{name}", wide=False, output_size=size)
-    return judging, Source("x", (size,), "float64"), values, weights * derivative(x), one_at_a_time(loss, values)
+    context = evidence.JudgingContext(
+        Settings(reference="numeric"), f"quick-{name}", float64_references=False, output_size=size
+    )
+    return context, Source("x", (size,), "float64"), values, weights * derivative(x), one_at_a_time(loss, values)
 
 
 def _both_stages(name: str, size: int, seed: int, relative: float, elementwise: bool) -> tuple[bool, Evidence]:
-    judging, source, values, right, losses = _case(name, size, seed)
+    context, source, values, right, losses = _case(name, size, seed)
     rng = np.random.default_rng(seed + 1)
     if elementwise:
         wrong = right * (1 + relative * rng.standard_normal(size))
     else:
         wrong = right.copy()
         wrong[int(rng.integers(size))] += relative * float(np.max(np.abs(right)))
-    judged = evidence.Judged(source, 0, values, wrong, losses, "eager", 1)
+    case = evidence.GradientCase(source, 0, values, wrong, losses, "eager", 1)
     tol = tolerance("float64", "numeric")
-    quick = evidence.quick_agreement(judging, judged, evidence._directions(judging, judged), tol)
-    careful = evidence.projected_evidence(judging, judged, None, tol, quick=False).verdict
+    quick = evidence.quick_agreement(context, case, evidence._directions(context, case), tol)
+    careful = evidence.projected_evidence(context, case, None, tol, quick=False).verdict
     return quick, careful
 
 
@@ -98,11 +100,13 @@ def test_a_kink_inside_the_step_is_left_to_the_careful_stage() -> None:
         products = weights * np.abs(moved["x"])
         return float(np.sum(products)), float(np.sum(np.abs(products)))
 
-    judging = evidence.Judging(Settings(reference="numeric"), "quick-kink", wide=False, output_size=3)
+    context = evidence.JudgingContext(
+        Settings(reference="numeric"), "quick-kink", float64_references=False, output_size=3
+    )
     got = weights * np.sign(values["x"])
-    judged = evidence.Judged(Source("x", (3,), "float64"), 0, values, got, one_at_a_time(loss, values), "eager", 1)
+    case = evidence.GradientCase(Source("x", (3,), "float64"), 0, values, got, one_at_a_time(loss, values), "eager", 1)
     tol = tolerance("float64", "numeric")
-    assert not evidence.quick_agreement(judging, judged, evidence._directions(judging, judged), tol)
+    assert not evidence.quick_agreement(context, case, evidence._directions(context, case), tol)
 
 
 @pytest.mark.parametrize("reference", ["numeric", "both"])

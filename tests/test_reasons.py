@@ -19,7 +19,7 @@ import pytest
 from gradcheck import starter
 from gradcheck.checking import ShapeGuess, diagnose, draw_loop, verdict
 from gradcheck.checking.build import NeedsConfig
-from gradcheck.checking.evidence import Judged
+from gradcheck.checking.evidence import GradientCase
 from gradcheck.loss import Draw
 from gradcheck.reporting import FORMATS, render
 from gradcheck.results import Problem, Reason, Result, RunReport
@@ -69,8 +69,8 @@ NO_LOSSES: Any = None
 
 
 def _non_finite() -> verdict.Verdict:
-    judged = Judged(SOURCE, 0, {}, np.array([np.nan, 1.0]), NO_LOSSES, "eager", 1)
-    return verdict.non_finite_verdict(judged, [], None)
+    case = GradientCase(SOURCE, 0, {}, np.array([np.nan, 1.0]), NO_LOSSES, "eager", 1)
+    return verdict.non_finite_verdict(case, [], None)
 
 
 def test_a_non_finite_gradient_says_so_in_its_reason() -> None:
@@ -190,7 +190,7 @@ def _numeric_only(problem: Problem) -> Problem:
 
 
 def test_the_unreliable_problem_says_so_in_its_reason() -> None:
-    problem = verdict._unreliable_problem(Judged(SOURCE, 0, {}, np.zeros(2), NO_LOSSES, "eager", 1))
+    problem = verdict._unreliable_problem(GradientCase(SOURCE, 0, {}, np.zeros(2), NO_LOSSES, "eager", 1))
     assert problem.reason == "unreliable-numeric" and problem.hint == verdict.UNRELIABLE_HINT
 
 

@@ -52,12 +52,12 @@ SOURCE = Source("x", (3,), "float64")
 GOT = np.array([1.0, 2.0, 3.0])
 
 
-def judged(draw: int) -> evidence.Judged:
-    return evidence.Judged(SOURCE, draw, {"x": np.zeros(3)}, GOT, losses=None, execution="eager", order=1)  # type: ignore[arg-type]
+def case(draw: int) -> evidence.GradientCase:
+    return evidence.GradientCase(SOURCE, draw, {"x": np.zeros(3)}, GOT, losses=None, execution="eager", order=1)  # type: ignore[arg-type]
 
 
-def judging(reference: str = "both") -> evidence.Judging:
-    return evidence.Judging(Settings(reference=reference), "op", wide=False, output_size=3)
+def context(reference: str = "both") -> evidence.JudgingContext:
+    return evidence.JudgingContext(Settings(reference=reference), "op", float64_references=False, output_size=3)
 
 
 def native(gradient: np.ndarray) -> evidence.NativeEvidence:
@@ -70,7 +70,7 @@ def projection(ok: bool, conclusive: bool = True) -> ProjectionComparison:
 
 
 def decide(native_evidence: evidence.NativeEvidence, numeric: evidence.NumericEvidence, draw: int) -> verdict.Verdict:
-    return verdict.decide(judging(), judged(draw), native_evidence, numeric, [], native_ran=True)
+    return verdict.decide(context(), case(draw), native_evidence, numeric, [], native_ran=True)
 
 
 def test_only_finite_differences_disagree_redraw_then_ask_about_kinks() -> None:
@@ -108,7 +108,7 @@ def test_both_disagree_is_judged_at_once_and_native_locates_the_projection() -> 
 def test_native_not_differentiable_here_is_set_aside() -> None:
     numeric = evidence.NumericEvidence(A, native_projections=D)
     settled, _, notes = refine.settle_native_disagreement(
-        judging(), judged(0), native(2 * GOT), numeric, tolerance("float64", "numeric")
+        context(), case(0), native(2 * GOT), numeric, tolerance("float64", "numeric")
     )
     assert settled.verdict is U and "not differentiable by TensorFlow" in notes[0]
 
@@ -117,16 +117,16 @@ def test_full_mode_sets_native_aside_only_where_it_misses_the_finite_differences
     tol = tolerance("float64", "numeric")
     whole = evidence.NumericEvidence(A, gradient=GOT.copy(), error=np.full(3, 1e-9))
     # No native path (a forward pass in numpy): native autodiff's zeros are no derivative of it.
-    set_aside, notes = refine.native_off_the_derivative(judged(0), native(np.zeros(3)), whole, tol)
+    set_aside, notes = refine.native_off_the_derivative(case(0), native(np.zeros(3)), whole, tol)
     assert set_aside.verdict is U and "not differentiable by TensorFlow" in notes[0]
     # Native autodiff within the finite differences' reach of them stays evidence (it may still disagree).
     close = GOT + np.array([0.0, 0.0, 1e-5])
-    kept, notes = refine.native_off_the_derivative(judged(0), native(close), whole, tol)
+    kept, notes = refine.native_off_the_derivative(case(0), native(close), whole, tol)
     assert kept.verdict is D and notes == ()
     # Where some finite difference cannot tell (its error bound agrees with anything: a chaotic forward
     # pass), the custom gradient's agreement proves nothing, and native autodiff is not set aside.
     vague = evidence.NumericEvidence(A, gradient=GOT.copy(), error=np.array([1e-9, 1e-9, 100.0]))
-    kept, _ = refine.native_off_the_derivative(judged(0), native(np.zeros(3)), vague, tol)
+    kept, _ = refine.native_off_the_derivative(case(0), native(np.zeros(3)), vague, tol)
     assert kept.verdict is D
 
 
@@ -134,13 +134,13 @@ def test_a_native_gradient_of_another_shape_is_no_evidence() -> None:
     from gradcheck.instrument import Outcome
 
     found = evidence.native_evidence(
-        judged(0), Outcome("eager", grads={"x": np.zeros(())}), tolerance("float64", "native")
+        case(0), Outcome("eager", grads={"x": np.zeros(())}), tolerance("float64", "native")
     )
     assert found.verdict is U and "in shape (), not (3,)" in found.notes[0]
 
 
 def test_a_custom_gradient_of_another_shape_is_a_shape_problem() -> None:
-    misshapen = evidence.Judged(SOURCE, 0, {"x": np.zeros(3)}, np.zeros((3, 1)), None, "eager", 2)  # type: ignore[arg-type]
+    misshapen = evidence.GradientCase(SOURCE, 0, {"x": np.zeros(3)}, np.zeros((3, 1)), None, "eager", 2)  # type: ignore[arg-type]
     result = verdict.misshapen_verdict(misshapen, [])
     [problem] = result.problems
     assert result.final and (problem.check, problem.order, problem.expected, problem.got) == (
@@ -153,6 +153,6 @@ def test_a_custom_gradient_of_another_shape_is_a_shape_problem() -> None:
 
 def test_a_quick_stage_may_stand_only_where_agreement_settles_the_gradient() -> None:
     # Native autodiff disagreeing is a problem, or is settled from the careful stage's projections.
-    assert verdict.agreement_settles(judging(), judged(0), native(GOT), native_ran=True)
-    assert verdict.agreement_settles(judging(), judged(0), evidence.NativeEvidence(U), native_ran=False)
-    assert not verdict.agreement_settles(judging(), judged(0), native(2 * GOT), native_ran=True)
+    assert verdict.agreement_settles(context(), case(0), native(GOT), native_ran=True)
+    assert verdict.agreement_settles(context(), case(0), evidence.NativeEvidence(U), native_ran=False)
+    assert not verdict.agreement_settles(context(), case(0), native(2 * GOT), native_ran=True)

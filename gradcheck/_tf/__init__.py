@@ -7,11 +7,12 @@ the custom-gradient module's globals) are read in one place that a
 TensorFlow upgrade can break only once. Its rooms: :mod:`.loading` (the
 import), :mod:`.process_state` (what a user's module can change),
 :mod:`.objects` (reading custom gradients, structures, variables, devices),
-:mod:`.reach` (the custom-gradient choke point), :mod:`.overrides` (where a
+:mod:`.choke_point` (the custom-gradient choke point), :mod:`.overrides` (where a
 ``gradient_override_map`` applies). Callers use the names
 below, as ``_tf.NAME``.
 """
 
+from gradcheck._tf.choke_point import ChokePoint, Instrumenter, functions_run_eagerly, is_custom_gradient_decorator
 from gradcheck._tf.loading import quiet_logs, set_verbose, tensorflow, tensorflow_available
 from gradcheck._tf.objects import (
     CustomGradientParts,
@@ -51,18 +52,17 @@ from gradcheck._tf.process_state import (
     set_random_state,
     set_registered_gradients,
 )
-from gradcheck._tf.reach import Instrumenter, Reach, functions_run_eagerly, is_custom_gradient_decorator
 from gradcheck.errors import TensorFlowMissing
 
 __all__ = [
     "LIBRARY_ATTRIBUTES",
     "Applied",
+    "ChokePoint",
     "CustomGradientParts",
     "Instrumenter",
     "OverrideEntry",
     "Overrides",
     "RandomState",
-    "Reach",
     "RegisteredGradient",
     "TensorFlowMissing",
     "adopt",

@@ -72,7 +72,7 @@ from gradcheck.kinds import Reached
 from gradcheck.loss import Draw
 from gradcheck.results import Problem, Result, format_shape
 from gradcheck.sampling import subject_rng
-from gradcheck.targets import ReachingTarget
+from gradcheck.targets import NestedTarget
 from gradcheck.targets.proxy import ProxyError, inner_target
 
 __all__ = ["CheckRequest", "ShapeGuess", "check_subject", "guess_shapes", "input_records"]
@@ -218,7 +218,7 @@ def _as_written(prepared: Prepared, draw: Draw, executions: tuple[str, ...]) -> 
     unchecked (and the default one be checked in its place).
     """
     target = inner_target(prepared.built.target)
-    if isinstance(target, ReachingTarget):
+    if isinstance(target, NestedTarget):
         target.as_written = True
     prepared.harness.forget_traces()
     return {e: prepared.harness.custom(draw, e) for e in executions}

@@ -305,7 +305,7 @@ def keyword_convention(
     return frozenset()
 
 
-def reference_harness(
+def choose_reference_harness(
     kind: SubjectKind, dtype: str, built: Built, plan: CallPlan, harness: Harness, draw: Draw, native: bool
 ) -> tuple[Harness, str | None]:
     """A harness that evaluates the references in float64 where the function allows it, and a note saying so.
@@ -317,15 +317,17 @@ def reference_harness(
     """
     if dtype == "float64" or not kind.references_in_float64:
         return harness, None
-    wide_plan = plan.with_dtype("float64")
+    float64_plan = plan.with_dtype("float64")
     try:
-        first = first_pass(built.target, wide_plan, draw.values, built.name_variable, lambda _: draw.upstreams, native)
+        first = first_pass(
+            built.target, float64_plan, draw.values, built.name_variable, lambda _: draw.upstreams, native
+        )
     except Exception as error:  # the code is written for its dtype: references stay in it
         if raised_by_gradcheck(error):
             raise
         return harness, None
-    wide = Harness(built.target, wide_plan, first)
+    float64_harness = Harness(built.target, float64_plan, first)
     if not all(np.all(np.isfinite(o)) for o in first.outputs):
-        wide.restore()
+        float64_harness.restore()
         return harness, None
-    return wide, f"references (native autodiff, finite differences) evaluated in float64 for {dtype} inputs"
+    return float64_harness, f"references (native autodiff, finite differences) evaluated in float64 for {dtype} inputs"

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gradcheck.checking.evidence import Judged, Judging, custom_gradient, gradient_label
+from gradcheck.checking.evidence import GradientCase, JudgingContext, custom_gradient, gradient_label
 from gradcheck.checking.refine import FirstLook, first_look, gather_evidence
 from gradcheck.checking.verdict import (
     MAX_DRAWS,
@@ -34,19 +34,19 @@ from gradcheck.sampling import subject_rng
 
 
 def judge(
-    judging: Judging,
-    judged: Judged,
+    context: JudgingContext,
+    case: GradientCase,
     native_outcome: Outcome | None,
     notes: list[str],
     look: FirstLook | None = None,
 ) -> Verdict:
     """The verdict on one finite custom gradient at one draw: gather the evidence, then reconcile it."""
-    native, numeric, found = gather_evidence(judging, judged, native_outcome, look)
-    return decide(judging, judged, native, numeric, notes + found, native_ran=native_outcome is not None)
+    native, numeric, found = gather_evidence(context, case, native_outcome, look)
+    return decide(context, case, native, numeric, notes + found, native_ran=native_outcome is not None)
 
 
 def judge_source(
-    judging: Judging,
+    context: JudgingContext,
     source: Source,
     draw: int,
     values: dict[str, Any],
@@ -58,12 +58,12 @@ def judge_source(
 ) -> Verdict:
     """The verdict on one source's gradient at one draw (a non-finite custom gradient needs no reference)."""
     got, notes = custom_gradient(source, custom, order)
-    judged = Judged(source, draw, values, got, losses, custom.execution, order)
+    case = GradientCase(source, draw, values, got, losses, custom.execution, order)
     if got.shape != source.shape:  # the audit found it at the first draw; here a later draw or order 2 did
-        return misshapen_verdict(judged, notes)
+        return misshapen_verdict(case, notes)
     if not np.all(np.isfinite(got)):
-        return non_finite_verdict(judged, notes, native)
-    verdict = judge(judging, judged, native, notes, look)
+        return non_finite_verdict(case, notes, native)
+    verdict = judge(context, case, native, notes, look)
     if order == 1 and (custom.grads or {}).get(source.name) is None:
         verdict = replace(verdict, returned_none=True)
     return verdict
@@ -99,8 +99,8 @@ def complex_notes(output_labels: list[str]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Judgement:
-    """The verdicts on every source, the problems they found (before hints), and notes."""
+class Conclusion:
+    """What the draw loop concludes: the verdicts on every source, the problems they found (before hints), and notes."""
 
     verdicts: dict[str, Verdict]
     problems: list[Problem]
@@ -124,7 +124,7 @@ class Judgement:
 JudgeDraw = Callable[[int, list[Source]], dict[str, Verdict] | None]
 
 
-def draw_loop(sources: list[Source], pending: list[Source], judge_draw: JudgeDraw, notes: list[str]) -> Judgement:
+def draw_loop(sources: list[Source], pending: list[Source], judge_draw: JudgeDraw, notes: list[str]) -> Conclusion:
     """Judge ``pending`` at draw 0, then redraw those whose verdict was not final, up to :data:`MAX_DRAWS`.
 
     First and second order both judge through this loop: a verdict that is
@@ -148,20 +148,20 @@ def draw_loop(sources: list[Source], pending: list[Source], judge_draw: JudgeDra
     problems = [p for v in ordered for p in v.problems]
     settled = tuple(s.name for s in sources if s.name in redrawn and not verdicts[s.name].problems)
     domain = tuple(v.domain for v in ordered if v.domain is not None and v.problems)
-    return Judgement(verdicts, problems, notes, [n for v in ordered for n in v.notes], settled, domain)
+    return Conclusion(verdicts, problems, notes, [n for v in ordered for n in v.notes], settled, domain)
 
 
 def value_checks(
-    judging: Judging,
+    context: JudgingContext,
     harness: Harness,
     reference_harness: Harness,
     draws: Callable[[int], Draw],
     primary: Outcome,
     skip: set[str],
     describe: Callable[[BaseException], str],
-) -> Judgement:
+) -> Conclusion:
     """Judge each source's gradient against the references, redrawing where only finite differences disagree."""
-    notes: list[str] = judging.narrowed(harness.sources)
+    notes: list[str] = context.narrowed(harness.sources)
 
     def judge_draw(index: int, pending: list[Source]) -> dict[str, Verdict] | None:
         draw = draws(index)
@@ -170,7 +170,7 @@ def value_checks(
         if not custom.ok:
             return None
         native = None
-        if judging.settings.compares_native:
+        if context.settings.compares_native:
             native = reference_harness.native(draw)
             if not native.ok and index == 0:
                 notes.append(
@@ -178,10 +178,10 @@ def value_checks(
                     "finite differences decide"
                 )
         losses = reference_harness.losses(draw)
-        look = first_look(judging, pending, index, values, custom, native, losses, _loss_at(reference_harness, draw))
+        look = first_look(context, pending, index, values, custom, native, losses, _loss_at(reference_harness, draw))
         found = {}
         for source in pending:
-            found[source.name] = judge_source(judging, source, index, values, custom, native, losses, 1, look)
+            found[source.name] = judge_source(context, source, index, values, custom, native, losses, 1, look)
             if found[source.name].domain is None and (native is None or not native.ok):
                 found[source.name] = _forward_non_finite_too(found[source.name], harness, values)
         return found
@@ -195,38 +195,38 @@ def _loss_at(harness: Harness, draw: Draw) -> Loss:
     return lambda moved: harness.loss(draw.at(moved))
 
 
-def redraw_notes(judgement: Judgement, failed: bool) -> list[str]:
+def redraw_notes(conclusion: Conclusion, failed: bool) -> list[str]:
     """The run's notes, with the gradients settled on a fresh draw ("passed" only where the result passed)."""
-    if not judgement.redrawn:
-        return list(judgement.notes)
+    if not conclusion.redrawn:
+        return list(conclusion.notes)
     note = "finite differences disagreed at the first draw but not on a fresh one (a kink within the step); " + (
-        f"{', '.join(judgement.redrawn)} agreed on the fresh draw" if failed else "passed on redraw"
+        f"{', '.join(conclusion.redrawn)} agreed on the fresh draw" if failed else "passed on redraw"
     )
-    return [*judgement.notes, note]
+    return [*conclusion.notes, note]
 
 
-def seen_in_every_execution(judgement: Judgement, differing: set[str | None]) -> Judgement:
+def seen_in_every_execution(conclusion: Conclusion, differing: set[str | None]) -> Conclusion:
     """Value problems with no execution mode where eager and tf.function gave the same gradient.
 
     Values are judged on the eager gradient; where tf.function's equals it,
     the problem is the same in both modes, so it names neither.
     """
-    problems = [p if p.input in differing else replace(p, execution=None) for p in judgement.problems]
+    problems = [p if p.input in differing else replace(p, execution=None) for p in conclusion.problems]
     verdicts = {
         name: v if name in differing else replace(v, problems=[replace(p, execution=None) for p in v.problems])
-        for name, v in judgement.verdicts.items()
+        for name, v in conclusion.verdicts.items()
     }
-    return replace(judgement, problems=problems, verdicts=verdicts)
+    return replace(conclusion, problems=problems, verdicts=verdicts)
 
 
 def second_order_checks(
-    judging: Judging,
+    context: JudgingContext,
     harness: Harness,
     reference_harness: Harness,
     draws: Callable[[int], Draw],
     skip: set[str],
     describe: Callable[[BaseException], str],
-) -> Judgement:
+) -> Conclusion:
     """The gradient of the custom gradient against finite differences of the gradient (and native),
     through the same draws and decision as the first order (:func:`draw_loop`)."""
     sources = [s for s in harness.sources if s.name not in skip]
@@ -234,17 +234,17 @@ def second_order_checks(
 
     def judge_draw(index: int, pending: list[Source]) -> dict[str, Verdict] | None:
         draw = draws(index)
-        rng = subject_rng(judging.settings.seed, judging.subject_name + ":second-order", index)
+        rng = subject_rng(context.settings.seed, context.subject_name + ":second-order", index)
         weights = {s.name: rng.standard_normal(size=s.shape) for s in sources}
         custom = harness.second_order(draw, weights, "custom")
         if not custom.ok:
             failed.append(uncomputed_second_order(describe(custom.error)))  # type: ignore[arg-type]
             return None
         native = None
-        if judging.settings.compares_native:
+        if context.settings.compares_native:
             native = reference_harness.second_order(draw, weights, "native")
         losses = one_at_a_time(lambda moved: reference_harness.first_order_loss(draw.at(moved), weights), draw.values)
-        return {s.name: judge_source(judging, s, index, draw.values, custom, native, losses, 2) for s in pending}
+        return {s.name: judge_source(context, s, index, draw.values, custom, native, losses, 2) for s in pending}
 
-    judgement = draw_loop(sources, sources, judge_draw, [])
-    return replace(judgement, problems=[*judgement.problems, *failed]) if failed else judgement
+    conclusion = draw_loop(sources, sources, judge_draw, [])
+    return replace(conclusion, problems=[*conclusion.problems, *failed]) if failed else conclusion

@@ -70,12 +70,12 @@ def evidence(ok: bool | None, available: bool = True) -> Evidence:
 
 
 @dataclass(frozen=True)
-class Judging:
-    """What judging needs that does not change from one gradient to the next."""
+class JudgingContext:
+    """The context every gradient of one check is judged in: what does not change from one gradient to the next."""
 
     settings: Settings
     subject_name: str
-    wide: bool
+    float64_references: bool
     """True when the references are evaluated in float64 for narrower inputs."""
     output_size: int
     """Elements over all outputs, for the Jacobian's size."""
@@ -87,7 +87,7 @@ class Judging:
 
     def reference_dtype(self, source: Source) -> str:
         """The precision the references of ``source`` are evaluated in (steps and rounding follow it)."""
-        fed = source.dtype if source.kind == "variable" or not self.wide else "float64"
+        fed = source.dtype if source.kind == "variable" or not self.float64_references else "float64"
         return narrowest(fed, *self.output_dtypes)
 
     def tolerance_dtype(self, source: Source) -> str:
@@ -107,8 +107,8 @@ class Judging:
 
 
 @dataclass(frozen=True)
-class Judged:
-    """One gradient at one draw, about to be judged."""
+class GradientCase:
+    """One case to judge: the custom gradient of one source at one draw, with what its references need."""
 
     source: Source
     draw: int
@@ -158,16 +158,16 @@ class NumericEvidence:
 # -- native evidence -------------------------------------------------------------
 
 
-def native_evidence(judged: Judged, native: Outcome | None, tol: Tolerance) -> NativeEvidence:
+def native_evidence(case: GradientCase, native: Outcome | None, tol: Tolerance) -> NativeEvidence:
     """Native autodiff, element-wise, where it is finite."""
     if native is None or not native.ok:
         return NativeEvidence(Evidence.UNAVAILABLE)
-    source = judged.source
+    source = case.source
     raw = native.grads.get(source.name) if native.grads else None
     gradient = np.zeros(source.shape) if raw is None else raw
     if np.shape(gradient) != source.shape:
         note = (
-            f"native autodiff gives the {judged.what} in shape {format_shape(np.shape(gradient))}, not "
+            f"native autodiff gives the {case.what} in shape {format_shape(np.shape(gradient))}, not "
             f"{format_shape(source.shape)} (the gradient TensorFlow has for an op of the forward pass, such as "
             "tf.py_function, does not fit it); finite differences judge it"
         )
@@ -176,14 +176,14 @@ def native_evidence(judged: Judged, native: Outcome | None, tol: Tolerance) -> N
         gradient = symmetrize(gradient)
     finite = np.isfinite(gradient)
     if not finite.any():
-        note = f"native autodiff of the {judged.what} is NaN/Inf everywhere; finite differences judge it"
+        note = f"native autodiff of the {case.what} is NaN/Inf everywhere; finite differences judge it"
         return NativeEvidence(Evidence.UNAVAILABLE, notes=(note,))
-    comparison = compare_elementwise(judged.got, gradient, tol, mask=finite)
+    comparison = compare_elementwise(case.got, gradient, tol, mask=finite)
     notes: tuple[str, ...] = ()
     if not finite.all():
         notes = (
             f"native autodiff gives NaN/Inf at {int((~finite).sum())} of {finite.size} elements "
-            f"of the {judged.what} (as it does where people need custom gradients); finite differences judge those",
+            f"of the {case.what} (as it does where people need custom gradients); finite differences judge those",
         )
     return NativeEvidence(evidence(comparison.ok), gradient, comparison, notes)
 
@@ -191,20 +191,20 @@ def native_evidence(judged: Judged, native: Outcome | None, tol: Tolerance) -> N
 # -- numeric evidence ------------------------------------------------------------
 
 
-def difference_step(judging: Judging, source: Source) -> float:
-    eps = judging.settings.eps
-    return eps if eps is not None else default_step(judging.reference_dtype(source))
+def difference_step(context: JudgingContext, source: Source) -> float:
+    eps = context.settings.eps
+    return eps if eps is not None else default_step(context.reference_dtype(source))
 
 
-def _scale(judged: Judged) -> np.ndarray:
+def _scale(case: GradientCase) -> np.ndarray:
     """``max(1, |x|)``, the finite-difference steps' and the directions' scale (one array, made in place)."""
-    scale = np.abs(np.asarray(judged.values[judged.source.name], dtype=np.float64))
+    scale = np.abs(np.asarray(case.values[case.source.name], dtype=np.float64))
     return np.maximum(scale, 1.0, out=scale) if isinstance(scale, np.ndarray) else np.maximum(scale, 1.0)
 
 
-def full_evidence(judging: Judging, judged: Judged, tol: Tolerance) -> NumericEvidence:
+def full_evidence(context: JudgingContext, case: GradientCase, tol: Tolerance) -> NumericEvidence:
     """The whole finite-difference gradient, element-wise."""
-    source, got = judged.source, judged.got
+    source, got = case.source, case.got
 
     def acceptable(gradient: np.ndarray, error: np.ndarray) -> np.ndarray:
         # Elements that plain central differences already confirm need no second step.
@@ -213,19 +213,19 @@ def full_evidence(judging: Judging, judged: Judged, tol: Tolerance) -> NumericEv
         bound = tol.atol + tol.rtol * (np.abs(gradient) + NOISE_FLOOR * magnitude) + error
         return np.isfinite(gradient) & (difference <= 0.5 * bound)
 
-    base = np.asarray(judged.values[source.name], dtype=np.float64)
+    base = np.asarray(case.values[source.name], dtype=np.float64)
     gradient, error, _ = finite_difference_gradient(
-        judged.losses,
+        case.losses,
         base,
         source.name,
-        _scale(judged),
-        difference_step(judging, source),
-        judging.reference_dtype(source),
+        _scale(case),
+        difference_step(context, source),
+        context.reference_dtype(source),
         source.symmetric,
         accept=acceptable,
     )
     notes: tuple[str, ...] = ()
-    strategy, why = judging.batching.get(source.name, ("", ""))
+    strategy, why = context.batching.get(source.name, ("", ""))
     if strategy == "loop" and source.kind == "input":
         notes = (
             f"finite differences of {source.name} were evaluated one perturbation at a time: "
@@ -262,27 +262,25 @@ def reliable(got: np.ndarray, gradient: np.ndarray, error: np.ndarray, tol: Tole
 QUICK_FRACTION = 0.5
 
 
-def _directions(judging: Judging, judged: Judged) -> list[np.ndarray]:
+def _directions(context: JudgingContext, case: GradientCase) -> list[np.ndarray]:
     """The random directions of one gradient's projections: the same stream whichever stage uses them."""
     return random_directions(
-        judging, judged, "directions", judging.settings.projections, lambda rng, shape: rng.standard_normal(size=shape)
+        context, case, "directions", context.settings.projections, lambda rng, shape: rng.standard_normal(size=shape)
     )
 
 
 def random_directions(
-    judging: Judging,
-    judged: Judged,
+    context: JudgingContext,
+    case: GradientCase,
     stream: str,
     count: int,
     draw: Callable[[np.random.Generator, tuple[int, ...]], np.ndarray],
 ) -> list[np.ndarray]:
-    """``count`` directions along ``judged.source`` from its own seeded ``stream``, symmetric where the input
+    """``count`` directions along ``case.source`` from its own seeded ``stream``, symmetric where the input
     is, scaled by ``max(1, |x|)`` as the finite-difference steps are."""
-    source = judged.source
-    rng = subject_rng(
-        judging.settings.seed, f"{judging.subject_name}:{source.name}:{stream}:{judged.order}", judged.draw
-    )
-    values = np.asarray(judged.values[source.name], dtype=np.float64)
+    source = case.source
+    rng = subject_rng(context.settings.seed, f"{context.subject_name}:{source.name}:{stream}:{case.order}", case.draw)
+    values = np.asarray(case.values[source.name], dtype=np.float64)
     scale = None
     directions = []
     for _ in range(count):
@@ -291,7 +289,7 @@ def random_directions(
             direction = symmetrize(direction)
         # The draw is this function's own array, so it is scaled in place: block by block where it is big.
         if not scale_by_magnitude(direction, values):
-            scale = _scale(judged) if scale is None else scale
+            scale = _scale(case) if scale is None else scale
             if isinstance(direction, np.ndarray) and direction.shape == np.shape(scale):
                 direction *= scale
             else:
@@ -300,7 +298,7 @@ def random_directions(
     return directions
 
 
-def quick_agreement(judging: Judging, judged: Judged, directions: list[np.ndarray], tol: Tolerance) -> bool:
+def quick_agreement(context: JudgingContext, case: GradientCase, directions: list[np.ndarray], tol: Tolerance) -> bool:
     """Whether central differences at ``±h`` alone show the gradient plainly right along every direction.
 
     Fast mode's first stage: ``1 + 2k`` losses instead of the ``1 + 4k`` of
@@ -323,11 +321,11 @@ def quick_agreement(judging: Judging, judged: Judged, directions: list[np.ndarra
     ``2h``, where the careful stage would call the projection inconclusive
     and redraw: there ``±h`` is smooth and its estimate sound.
     """
-    source = judged.source
+    source = case.source
     found = central_differences(
-        judged.losses, source.name, directions, difference_step(judging, source), judging.reference_dtype(source)
+        case.losses, source.name, directions, difference_step(context, source), context.reference_dtype(source)
     )
-    got = np.asarray(judged.got, dtype=np.float64)
+    got = np.asarray(case.got, dtype=np.float64)
     return all(
         plainly_agrees([got], [direction], float(value), float(curvature), found.rounding, tol)
         for direction, value, curvature in zip(directions, found.values, found.curvature)
@@ -357,27 +355,27 @@ def plainly_agrees(
 
 
 def projected_evidence(
-    judging: Judging, judged: Judged, native_gradient: np.ndarray | None, tol: Tolerance, quick: bool = False
+    context: JudgingContext, case: GradientCase, native_gradient: np.ndarray | None, tol: Tolerance, quick: bool = False
 ) -> NumericEvidence:
-    """``<gradient, u>`` against directional finite differences along ``judging.settings.projections`` random ``u``.
+    """``<gradient, u>`` against directional finite differences along ``context.settings.projections`` random ``u``.
 
     With ``quick``, :func:`quick_agreement` looks first and, where it sees
     plain agreement, that is the evidence (with no projections kept:
     nothing reads them from agreeing evidence unless native autodiff
     disagrees, and then ``quick`` is off).
     """
-    source, name = judged.source, judged.source.name
+    source, name = case.source, case.source.name
     native_usable = native_gradient is not None and bool(np.all(np.isfinite(native_gradient)))
-    directions = _directions(judging, judged)
-    if quick and quick_agreement(judging, judged, directions, tol):
+    directions = _directions(context, case)
+    if quick and quick_agreement(context, case, directions, tol):
         return NumericEvidence(Evidence.AGREES)
     # Every direction in one stack of perturbed inputs, sharing its center: far fewer forward calls.
     estimates = directional_derivatives(
-        judged.losses, name, directions, difference_step(judging, source), judging.reference_dtype(source)
+        case.losses, name, directions, difference_step(context, source), context.reference_dtype(source)
     )
     projections, native_hits = [], []
     for direction, estimate in zip(directions, estimates):
-        projections.append(compare_projection(judged.got, direction, estimate.value, estimate.error, tol))
+        projections.append(compare_projection(case.got, direction, estimate.value, estimate.error, tol))
         if native_usable:
             native_hits.append(compare_projection(native_gradient, direction, estimate.value, estimate.error, tol).ok)  # type: ignore[arg-type]
     if any(p.conclusive and not p.ok for p in projections):
@@ -391,7 +389,7 @@ def projected_evidence(
 
 
 def numeric_evidence(
-    judging: Judging, judged: Judged, native: NativeEvidence, tol: Tolerance, quick: bool, confirmed: bool
+    context: JudgingContext, case: GradientCase, native: NativeEvidence, tol: Tolerance, quick: bool, confirmed: bool
 ) -> tuple[NumericEvidence, tuple[str, ...]]:
     """Finite differences, whole (full mode, Jacobian permitting) or projected; and a note where full mode fell back.
 
@@ -400,10 +398,10 @@ def numeric_evidence(
     :func:`~gradcheck.checking.verdict.agreement_settles`); ``confirmed``:
     fast mode's first look has already shown that agreement.
     """
-    settings, source = judging.settings, judged.source
+    settings, source = context.settings, case.source
     full = settings.mode == "full"
     notes: tuple[str, ...] = ()
-    jacobian = source.size * judging.output_size
+    jacobian = source.size * context.output_size
     if full and jacobian > JACOBIAN_MAX_ENTRIES:
         full = False
         notes = (
@@ -413,10 +411,10 @@ def numeric_evidence(
     if settings.reference not in ("both", "numeric"):
         return NumericEvidence(Evidence.UNAVAILABLE), notes
     if full:
-        return full_evidence(judging, judged, tol), notes
+        return full_evidence(context, case, tol), notes
     if confirmed:
         return NumericEvidence(Evidence.AGREES), notes
-    return projected_evidence(judging, judged, native.gradient, tol, quick=quick), notes
+    return projected_evidence(context, case, native.gradient, tol, quick=quick), notes
 
 
 def custom_gradient(source: Source, custom: Outcome, order: int) -> tuple[np.ndarray, list[str]]:

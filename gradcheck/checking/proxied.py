@@ -114,7 +114,7 @@ def surrogate_functions(layer: Any) -> tuple[str, ...]:
         plain = nesting.plain_function(value)
         module = getattr(plain, "__module__", None)
         if _tf.custom_gradient_parts(value) is not None or (
-            isinstance(module, str) and inspect.isfunction(plain) and nesting.Reachability(module).reaches(plain)
+            isinstance(module, str) and inspect.isfunction(plain) and nesting.NestingReader(module).reaches(plain)
         ):
             found.append(getattr(plain, "__name__", ""))
     return tuple(name for name in dict.fromkeys(found) if name)

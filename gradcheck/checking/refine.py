@@ -22,8 +22,8 @@ import numpy as np
 
 from gradcheck.checking.evidence import (
     Evidence,
-    Judged,
-    Judging,
+    GradientCase,
+    JudgingContext,
     NativeEvidence,
     NumericEvidence,
     custom_gradient,
@@ -59,7 +59,7 @@ class FirstLook:
 
 
 def first_look(
-    judging: Judging,
+    context: JudgingContext,
     sources: list[Source],
     draw: int,
     values: dict[str, Any],
@@ -81,10 +81,10 @@ def first_look(
     :func:`quick_agreement`) leaves every gradient to the per-input stages,
     which then judge it as if this look had not been taken.
     """
-    settings = judging.settings
+    settings = context.settings
     if settings.mode != "fast" or settings.reference != "both" or native is None or not native.ok or not sources:
         return None
-    dtypes = {(judging.reference_dtype(s), judging.tolerance_dtype(s), difference_step(judging, s)) for s in sources}
+    dtypes = {(context.reference_dtype(s), context.tolerance_dtype(s), difference_step(context, s)) for s in sources}
     if len(dtypes) != 1:
         return None
     ((dtype, tolerance_dtype, step),) = dtypes
@@ -96,13 +96,13 @@ def first_look(
         got, _ = custom_gradient(source, custom, 1)
         if got.shape != source.shape or not np.all(np.isfinite(got)):
             return FirstLook(natives, agrees=False)
-        judged = Judged(source, draw, values, got, losses, custom.execution, 1)
+        case = GradientCase(source, draw, values, got, losses, custom.execution, 1)
         tol_native = tolerance(tolerance_dtype, "native", settings.rtol, settings.atol)
-        natives[source.name] = seen = native_evidence(judged, native, tol_native)
+        natives[source.name] = seen = native_evidence(case, native, tol_native)
         if seen.verdict is not Evidence.AGREES or seen.notes:
             return FirstLook(natives, agrees=False)
         gots.append(np.asarray(got, dtype=np.float64))
-        for direction, part in zip(directions, _look_directions(judging, judged, count)):
+        for direction, part in zip(directions, _look_directions(context, case, count)):
             direction[source.name] = part
     found = joint_central_differences(loss, values, directions, step, dtype)
     tol = tolerance(tolerance_dtype, "numeric", settings.rtol, settings.atol)
@@ -119,8 +119,8 @@ def look_directions(projections: int) -> int:
     return -(-projections // 3)
 
 
-def _look_directions(judging: Judging, judged: Judged, count: int) -> list[np.ndarray]:
-    """The first look's parts of its directions along ``judged.source``: uniform on ``[-sqrt 3, sqrt 3]``.
+def _look_directions(context: JudgingContext, case: GradientCase, count: int) -> list[np.ndarray]:
+    """The first look's parts of its directions along ``case.source``: uniform on ``[-sqrt 3, sqrt 3]``.
 
     Any continuous distribution makes a cancelling projection a zero-probability
     event; this one has the normal draws' variance and is several times
@@ -134,39 +134,39 @@ def _look_directions(judging: Judging, judged: Judged, count: int) -> list[np.nd
         direction -= math.sqrt(3.0)
         return direction
 
-    return random_directions(judging, judged, "first look", count, uniform)
+    return random_directions(context, case, "first look", count, uniform)
 
 
 def gather_evidence(
-    judging: Judging, judged: Judged, native_outcome: Outcome | None, look: FirstLook | None = None
+    context: JudgingContext, case: GradientCase, native_outcome: Outcome | None, look: FirstLook | None = None
 ) -> tuple[NativeEvidence, NumericEvidence, list[str]]:
     """Native and numeric evidence about one gradient, refined in fast mode, with their notes in order."""
-    source, settings = judged.source, judging.settings
-    tol_native = tolerance(judging.tolerance_dtype(source), "native", settings.rtol, settings.atol)
-    tol_numeric = tolerance(judging.tolerance_dtype(source), "numeric", settings.rtol, settings.atol)
+    source, settings = case.source, context.settings
+    tol_native = tolerance(context.tolerance_dtype(source), "native", settings.rtol, settings.atol)
+    tol_numeric = tolerance(context.tolerance_dtype(source), "numeric", settings.rtol, settings.atol)
     known = look.natives.get(source.name) if look is not None else None
-    native = known if known is not None else native_evidence(judged, native_outcome, tol_native)
+    native = known if known is not None else native_evidence(case, native_outcome, tol_native)
     # A quick stage's agreement stands only where the decision says agreement settles the gradient.
-    quick = agreement_settles(judging, judged, native, native_ran=native_outcome is not None)
+    quick = agreement_settles(context, case, native, native_ran=native_outcome is not None)
     confirmed = quick and look is not None and look.agrees
-    numeric, fallback = numeric_evidence(judging, judged, native, tol_numeric, quick, confirmed)
+    numeric, fallback = numeric_evidence(context, case, native, tol_numeric, quick, confirmed)
     notes = [*native.notes, *fallback, *numeric.notes]
     numeric = replace(numeric, notes=())
     refined: tuple[str, ...] = ()
     if settings.mode == "fast":
         if numeric.verdict is Evidence.AGREES and native.verdict is Evidence.DISAGREES:
-            native, numeric, refined = settle_native_disagreement(judging, judged, native, numeric, tol_numeric)
+            native, numeric, refined = settle_native_disagreement(context, case, native, numeric, tol_numeric)
         elif numeric.verdict is Evidence.DISAGREES:
-            numeric, refined = localise_fast_failure(judging, judged, numeric, tol_numeric)
+            numeric, refined = localise_fast_failure(context, case, numeric, tol_numeric)
         elif numeric.verdict is Evidence.INCONCLUSIVE and native.verdict is Evidence.DISAGREES:
-            numeric, refined = resolve_inconclusive(judging, judged, numeric, tol_numeric)
+            numeric, refined = resolve_inconclusive(context, case, numeric, tol_numeric)
             if numeric.verdict is Evidence.AGREES:
-                native, below = native_below_resolution(judged, native, tol_numeric)
+                native, below = native_below_resolution(case, native, tol_numeric)
                 refined = (*refined, *below)
     elif numeric.verdict is Evidence.AGREES and native.verdict is Evidence.DISAGREES:
-        native, refined = native_off_the_derivative(judged, native, numeric, tol_numeric)
+        native, refined = native_off_the_derivative(case, native, numeric, tol_numeric)
         if native.verdict is Evidence.DISAGREES:
-            native, refined = native_below_resolution(judged, native, tol_numeric)
+            native, refined = native_below_resolution(case, native, tol_numeric)
     return native, numeric, notes + list(refined)
 
 
@@ -179,7 +179,7 @@ def _not_differentiable_note(name: str) -> str:
 
 
 def native_off_the_derivative(
-    judged: Judged, native: NativeEvidence, numeric: NumericEvidence, tol: Tolerance
+    case: GradientCase, native: NativeEvidence, numeric: NumericEvidence, tol: Tolerance
 ) -> tuple[NativeEvidence, tuple[str, ...]]:
     """Native autodiff disagrees where whole finite differences agree with the custom gradient (full mode):
     set it aside where it is no derivative of the forward pass at all.
@@ -191,17 +191,17 @@ def native_off_the_derivative(
     finds along its projections.
     """
     assert native.gradient is not None and numeric.gradient is not None and numeric.error is not None
-    if not np.all(reliable(judged.got, numeric.gradient, numeric.error, tol)):
+    if not np.all(reliable(case.got, numeric.gradient, numeric.error, tol)):
         return native, ()
     usable = np.where(np.isfinite(native.gradient), native.gradient, numeric.gradient)
     _, ok = judge_full(usable, numeric.gradient, numeric.error, tol)
     if ok is not False:
         return native, ()
-    return replace(native, verdict=Evidence.UNAVAILABLE), (_not_differentiable_note(judged.source.name),)
+    return replace(native, verdict=Evidence.UNAVAILABLE), (_not_differentiable_note(case.source.name),)
 
 
 def settle_native_disagreement(
-    judging: Judging, judged: Judged, native: NativeEvidence, numeric: NumericEvidence, tol: Tolerance
+    context: JudgingContext, case: GradientCase, native: NativeEvidence, numeric: NumericEvidence, tol: Tolerance
 ) -> tuple[NativeEvidence, NumericEvidence, tuple[str, ...]]:
     """Native autodiff disagrees where the projections agree: settle it (fast mode), with notes saying how.
 
@@ -211,13 +211,13 @@ def settle_native_disagreement(
     by element where affordable, since a projection can miss a difference in
     a few elements.
     """
-    name = judged.source.name
+    name = case.source.name
     unavailable = replace(native, verdict=Evidence.UNAVAILABLE)
     if numeric.native_projections is Evidence.DISAGREES:
         return unavailable, numeric, (_not_differentiable_note(name),)
-    if judged.source.size > LOCALISE_MAX_ELEMENTS:
+    if case.source.size > LOCALISE_MAX_ELEMENTS:
         return native, numeric, ()
-    whole = _element_wise(judging, judged, numeric, tol)
+    whole = _element_wise(context, case, numeric, tol)
     if whole.verdict is not Evidence.AGREES:
         return native, replace(whole, notes=()), whole.notes
     note = (
@@ -228,7 +228,7 @@ def settle_native_disagreement(
 
 
 def native_below_resolution(
-    judged: Judged, native: NativeEvidence, tol: Tolerance
+    case: GradientCase, native: NativeEvidence, tol: Tolerance
 ) -> tuple[NativeEvidence, tuple[str, ...]]:
     """Native autodiff differs slightly where finite differences confirm the custom gradient element by element
     (full mode, or fast mode where the projections could not judge).
@@ -242,12 +242,12 @@ def native_below_resolution(
     """
     assert native.gradient is not None and native.comparison is not None
     finite = np.isfinite(native.gradient)
-    if not compare_elementwise(judged.got, native.gradient, tol, mask=finite).ok:
+    if not compare_elementwise(case.got, native.gradient, tol, mask=finite).ok:
         return native, ()
     comparison = native.comparison
     relative = f", {comparison.max_rel_error:.2g} relative" if comparison.max_rel_error is not None else ""
     note = (
-        f"native autodiff of {judged.source.name} differs from the custom gradient by at most "
+        f"native autodiff of {case.source.name} differs from the custom gradient by at most "
         f"{comparison.max_abs_error:.2g}{relative}, below what finite differences resolve, and finite "
         "differences agree with the custom gradient element by element: an approximate forward pass "
         "(a series, an iteration) has an approximate native derivative; not counted as a problem"
@@ -255,13 +255,15 @@ def native_below_resolution(
     return replace(native, verdict=Evidence.UNAVAILABLE), (note,)
 
 
-def _element_wise(judging: Judging, judged: Judged, numeric: NumericEvidence, tol: Tolerance) -> NumericEvidence:
-    whole = full_evidence(judging, judged, tol)
+def _element_wise(
+    context: JudgingContext, case: GradientCase, numeric: NumericEvidence, tol: Tolerance
+) -> NumericEvidence:
+    whole = full_evidence(context, case, tol)
     return replace(whole, projections=numeric.projections, native_projections=numeric.native_projections)
 
 
 def localise_fast_failure(
-    judging: Judging, judged: Judged, numeric: NumericEvidence, tol: Tolerance
+    context: JudgingContext, case: GradientCase, numeric: NumericEvidence, tol: Tolerance
 ) -> tuple[NumericEvidence, tuple[str, ...]]:
     """A failed projection, checked element by element where affordable (fast mode), with its notes.
 
@@ -269,15 +271,15 @@ def localise_fast_failure(
     met a kink and the evidence becomes inconclusive (a redraw decides);
     where it fails, the report gives the elements and the worst one.
     """
-    if judged.source.size > LOCALISE_MAX_ELEMENTS:
+    if case.source.size > LOCALISE_MAX_ELEMENTS:
         return numeric, ()
-    whole = _element_wise(judging, judged, numeric, tol)
+    whole = _element_wise(context, case, numeric, tol)
     verdict = Evidence.INCONCLUSIVE if whole.verdict is Evidence.AGREES else Evidence.DISAGREES
     return replace(whole, verdict=verdict, notes=()), whole.notes
 
 
 def resolve_inconclusive(
-    judging: Judging, judged: Judged, numeric: NumericEvidence, tol: Tolerance
+    context: JudgingContext, case: GradientCase, numeric: NumericEvidence, tol: Tolerance
 ) -> tuple[NumericEvidence, tuple[str, ...]]:
     """Projections too coarse to judge by while native autodiff disagrees (fast mode): element by element.
 
@@ -287,7 +289,7 @@ def resolve_inconclusive(
     would in full mode (and a native difference below its resolution is a
     note there too).
     """
-    if judged.source.size > LOCALISE_MAX_ELEMENTS:
+    if case.source.size > LOCALISE_MAX_ELEMENTS:
         return numeric, ()
-    whole = _element_wise(judging, judged, numeric, tol)
+    whole = _element_wise(context, case, numeric, tol)
     return replace(whole, notes=()), whole.notes

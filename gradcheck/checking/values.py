@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 
 from gradcheck.checking import audit, diagnose, draw_loop, executions, proxied
-from gradcheck.checking.build import reference_harness, table_key
-from gradcheck.checking.evidence import Judging
+from gradcheck.checking.build import choose_reference_harness, table_key
+from gradcheck.checking.evidence import JudgingContext
 from gradcheck.checking.exceptions import describe_exception
 from gradcheck.checking.findings import Findings, Prepared
 from gradcheck.checking.request import CheckRequest
@@ -55,12 +55,9 @@ def compare_values(
         sources = prepared.harness.sources
         differing = executions.compare_executions(sources, working[0], working[1], settings.rtol, settings.atol)
         findings.problems.extend(differing)
-    skip = {p.input for p in findings.problems if p.check in ("shape", "variables", "count") and p.input}
-    skip |= audited.not_tensors
-    findings.note(*_misshapen_notes(audited.misshapen, skip))
-    skip |= set(audited.misshapen)
+    skip = _not_compared(audited, findings)
     draw = prepared.draws(0)
-    wide, note = reference_harness(
+    reference_harness, note = choose_reference_harness(
         request.subject.kind,
         findings.dtype,
         prepared.built,
@@ -69,13 +66,13 @@ def compare_values(
         draw,
         settings.compares_native,
     )
-    findings.reference_harness = wide
+    findings.reference_harness = reference_harness
     if note:
         findings.notes.append(note)
-    judging = _judging(request, prepared, wide)
+    context = _context(request, prepared, reference_harness)
     rerun = diagnose.Rerun(
         prepared.harness,
-        wide,
+        reference_harness,
         prepared.plan,
         draw,
         subject_name=request.subject.name,
@@ -83,15 +80,29 @@ def compare_values(
         declaring=proxied.declaring(request, prepared.built, prepared.plan),
     )
     describe = lambda error: describe_exception(error, request.subject.path)  # noqa: E731
-    judgement = draw_loop.value_checks(judging, prepared.harness, wide, prepared.draws, working[0], skip, describe)
+    conclusion = draw_loop.value_checks(
+        context, prepared.harness, reference_harness, prepared.draws, working[0], skip, describe
+    )
     if len(working) == 2:  # the tf.function gradient is the eager one except where `differing` says
-        judgement = draw_loop.seen_in_every_execution(judgement, {p.input for p in differing})
-    _record(judgement, rerun, findings)
+        conclusion = draw_loop.seen_in_every_execution(conclusion, {p.input for p in differing})
+    _record(conclusion, rerun, findings)
     if settings.order == 2 and not findings.problems:
-        second = draw_loop.second_order_checks(judging, prepared.harness, wide, prepared.draws, skip, describe)
+        second = draw_loop.second_order_checks(
+            context, prepared.harness, reference_harness, prepared.draws, skip, describe
+        )
         _record(second, rerun, findings)
         if second.agrees:
             findings.notes.append("second order: the gradient of the custom gradient agrees with the references")
+
+
+def _not_compared(audited: audit.Audit, findings: Findings) -> set[str]:
+    """The sources whose values are not compared: a shape, variables or count problem names them, or the audit
+    found their gradients to be no tensors or of another shape than their input's (noted where no problem names it)."""
+    skip = {p.input for p in findings.problems if p.check in ("shape", "variables", "count") and p.input}
+    skip |= audited.not_tensors
+    findings.note(*_misshapen_notes(audited.misshapen, skip))
+    skip |= set(audited.misshapen)
+    return skip
 
 
 def _misshapen_notes(misshapen: Mapping[str, tuple[int, ...]], named: Set[str | None]) -> list[str]:
@@ -105,23 +116,23 @@ def _misshapen_notes(misshapen: Mapping[str, tuple[int, ...]], named: Set[str | 
     ]
 
 
-def _judging(request: CheckRequest, prepared: Prepared, wide: Harness) -> Judging:
+def _context(request: CheckRequest, prepared: Prepared, reference_harness: Harness) -> JudgingContext:
     """What judging needs that does not change from one gradient to the next."""
-    return Judging(
+    return JudgingContext(
         settings=request.settings,
         subject_name=request.subject.name,
-        wide=wide is not prepared.harness,
+        float64_references=reference_harness is not prepared.harness,
         output_size=prepared.harness.output_size,
-        batching=wide.batching,  # the live mapping: the harness learns each strategy as it first perturbs
-        output_dtypes=tuple(spec.dtype for spec in wide.output_specs),
+        batching=reference_harness.batching,  # the live mapping: the harness learns each strategy as it first perturbs
+        output_dtypes=tuple(spec.dtype for spec in reference_harness.output_specs),
     )
 
 
-def _record(judgement: draw_loop.Judgement, rerun: diagnose.Rerun, findings: Findings) -> None:
-    if judgement.verdicts:
-        findings.problems.extend(diagnose.with_hints(judgement.problems, judgement.verdicts, rerun))
+def _record(conclusion: draw_loop.Conclusion, rerun: diagnose.Rerun, findings: Findings) -> None:
+    if conclusion.verdicts:
+        findings.problems.extend(diagnose.with_hints(conclusion.problems, conclusion.verdicts, rerun))
     else:
-        findings.problems.extend(judgement.problems)
-    findings.notes.extend(draw_loop.redraw_notes(judgement, failed=bool(findings.problems)))
-    findings.note(*judgement.verdict_notes)
-    findings.domain.extend(judgement.domain)
+        findings.problems.extend(conclusion.problems)
+    findings.notes.extend(draw_loop.redraw_notes(conclusion, failed=bool(findings.problems)))
+    findings.note(*conclusion.verdict_notes)
+    findings.domain.extend(conclusion.domain)

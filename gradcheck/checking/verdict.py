@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from gradcheck.checking.evidence import Evidence, Judged, Judging, NativeEvidence, NumericEvidence
+from gradcheck.checking.evidence import Evidence, GradientCase, JudgingContext, NativeEvidence, NumericEvidence
 from gradcheck.compare import NOISE_FLOOR, UNRELIABLE, Tolerance, compare_elementwise, heat_map
 from gradcheck.instrument import Outcome
 from gradcheck.results import Problem, format_shape
@@ -88,29 +88,29 @@ def _fmt_index(index: tuple[int, ...] | None) -> str:
     return "[" + ", ".join(map(str, index)) + "]" if index is not None else "?"
 
 
-def native_problem(judged: Judged, native: NativeEvidence) -> Problem:
+def native_problem(case: GradientCase, native: NativeEvidence) -> Problem:
     """The custom gradient differs from native autodiff, element-wise."""
     result, gradient = native.comparison, native.gradient
     assert result is not None and gradient is not None
     return Problem(
         "native",
-        judged.source.name,
-        f"the {judged.what} differs from native autodiff at {result.mismatched} of {result.total} "
+        case.source.name,
+        f"the {case.what} differs from native autodiff at {result.mismatched} of {result.total} "
         f"elements (max abs error {result.max_abs_error:.3g} at {_fmt_index(result.worst_index)})",
-        execution=judged.execution,
+        execution=case.execution,
         **result.errors(),
-        heatmap=heat_map(judged.got, np.nan_to_num(gradient)),
-        order=judged.order,
+        heatmap=heat_map(case.got, np.nan_to_num(gradient)),
+        order=case.order,
     )
 
 
-def numeric_problem(judged: Judged, numeric: NumericEvidence, localiser: np.ndarray | None) -> Problem:
+def numeric_problem(case: GradientCase, numeric: NumericEvidence, localiser: np.ndarray | None) -> Problem:
     """The custom gradient differs from finite differences: element-wise, or along a direction.
 
     A projection locates nothing; ``localiser`` (native autodiff, where it
     agrees with the projections) gives the worst element.
     """
-    name, what, got = judged.source.name, judged.what, judged.got
+    name, what, got = case.source.name, case.what, case.got
     result = numeric.comparison
     if numeric.gradient is not None and result is not None:
         return Problem(
@@ -119,10 +119,10 @@ def numeric_problem(judged: Judged, numeric: NumericEvidence, localiser: np.ndar
             f"the {what} differs from finite differences at {result.mismatched} of "
             f"{result.total} elements (max abs error {result.max_abs_error:.3g} at "
             f"{_fmt_index(result.worst_index)})",
-            execution=judged.execution,
+            execution=case.execution,
             **result.errors(),
             heatmap=heat_map(got, numeric.gradient),
-            order=judged.order,
+            order=case.order,
         )
     failing = [p for p in numeric.projections if p.conclusive and not p.ok] or list(numeric.projections)
     worst = max(failing, key=lambda p: p.abs_error)
@@ -132,11 +132,11 @@ def numeric_problem(judged: Judged, numeric: NumericEvidence, localiser: np.ndar
         name,
         f"the {what} differs from finite differences along a random direction: "
         f"<gradient, u> = {worst.projected:.6g}, finite differences give {worst.estimate:.6g}",
-        execution=judged.execution,
+        execution=case.execution,
         max_abs_error=worst.abs_error,
         max_rel_error=worst.rel_error,
         worst_index=located.worst_index if located is not None else None,
-        order=judged.order,
+        order=case.order,
     )
 
 
@@ -144,15 +144,15 @@ def numeric_problem(judged: Judged, numeric: NumericEvidence, localiser: np.ndar
 UNRELIABLE_HINT = 'check with reference = "native", or draw inputs away from the kink'
 
 
-def _unreliable_problem(judged: Judged) -> Problem:
+def _unreliable_problem(case: GradientCase) -> Problem:
     return Problem(
         "numeric",
-        judged.source.name,
-        f"finite differences were unreliable for the {judged.what} at every draw (a kink or jump "
+        case.source.name,
+        f"finite differences were unreliable for the {case.what} at every draw (a kink or jump "
         "within the step) and no other reference was usable",
-        execution=judged.execution,
+        execution=case.execution,
         hint=UNRELIABLE_HINT,
-        order=judged.order,
+        order=case.order,
         reason="unreliable-numeric",
     )
 
@@ -176,47 +176,47 @@ _KINK_HINT = (
 )
 
 
-def non_finite_verdict(judged: Judged, notes: list[str], native: Outcome | None) -> Verdict:
+def non_finite_verdict(case: GradientCase, notes: list[str], native: Outcome | None) -> Verdict:
     """A custom gradient with NaN or Inf is a problem whatever the references say (the draw's fault, maybe,
     where native autodiff is NaN or Inf there too)."""
-    got = judged.got
+    got = case.got
     bad = np.argwhere(~np.isfinite(got))
     index = tuple(int(i) for i in bad[0]) if got.ndim else ()
     problem = Problem(
         "finite",
-        judged.source.name,
-        f"the {judged.what} has NaN or Inf at {len(bad)} of {got.size} elements where the forward output is finite",
-        execution=judged.execution,
+        case.source.name,
+        f"the {case.what} has NaN or Inf at {len(bad)} of {got.size} elements where the forward output is finite",
+        execution=case.execution,
         worst_index=index,
         hint="a division by zero, log of zero, or an overflowing exp in the backward function?",
-        order=judged.order,
+        order=case.order,
         reason="non-finite-gradient",
     )
     domain = None
-    if _native_non_finite_too(judged, native):
+    if _native_non_finite_too(case, native):
         domain = (
-            f"the {judged.what} was NaN or Inf at {len(bad)} of {got.size} elements, where native autodiff "
+            f"the {case.what} was NaN or Inf at {len(bad)} of {got.size} elements, where native autodiff "
             "is NaN or Inf too"
         )
     return Verdict(final=True, problems=[problem], notes=notes, domain=domain)
 
 
-def misshapen_verdict(judged: Judged, notes: list[str]) -> Verdict:
+def misshapen_verdict(case: GradientCase, notes: list[str]) -> Verdict:
     """A custom gradient of another shape than its input's: a ``shape`` problem, with no values to compare."""
-    got, expected = judged.got.shape, judged.source.shape
+    got, expected = case.got.shape, case.source.shape
     problem = Problem(
         "shape",
-        judged.source.name,
-        f"the {judged.what} has shape {format_shape(got)}, its input {format_shape(expected)}",
-        execution=judged.execution,
+        case.source.name,
+        f"the {case.what} has shape {format_shape(got)}, its input {format_shape(expected)}",
+        execution=case.execution,
         expected=format_shape(expected),
         got=format_shape(got),
-        order=judged.order,
+        order=case.order,
     )
     return Verdict(final=True, problems=[problem], notes=notes)
 
 
-def _native_non_finite_too(judged: Judged, native: Outcome | None) -> bool:
+def _native_non_finite_too(case: GradientCase, native: Outcome | None) -> bool:
     """Native autodiff is NaN or Inf wherever the custom gradient is: the draw left the function's domain.
 
     A backward function that is NaN where native autodiff is finite has a
@@ -224,10 +224,10 @@ def _native_non_finite_too(judged: Judged, native: Outcome | None) -> bool:
     """
     if native is None or not native.ok or native.grads is None:
         return False
-    gradient = native.grads.get(judged.source.name)
-    if gradient is None or np.shape(gradient) != np.shape(judged.got):
+    gradient = native.grads.get(case.source.name)
+    if gradient is None or np.shape(gradient) != np.shape(case.got):
         return False
-    return bool(np.all(~np.isfinite(gradient)[~np.isfinite(judged.got)]))
+    return bool(np.all(~np.isfinite(gradient)[~np.isfinite(case.got)]))
 
 
 def _unreliable_where_native_differs(native: NativeEvidence, numeric: NumericEvidence, got: np.ndarray) -> bool:
@@ -263,12 +263,14 @@ class Decision:
         return self.reconciled is not Reconciled.REDRAW and not self.reports
 
 
-def last_draw(judged: Judged) -> bool:
-    """Whether ``judged`` is at the last of the :data:`MAX_DRAWS` draws, where nothing is redrawn."""
-    return judged.draw + 1 >= MAX_DRAWS
+def last_draw(case: GradientCase) -> bool:
+    """Whether ``case`` is at the last of the :data:`MAX_DRAWS` draws, where nothing is redrawn."""
+    return case.draw + 1 >= MAX_DRAWS
 
 
-def decision(judging: Judging, native: NativeEvidence, numeric: Evidence, last: bool, native_ran: bool) -> Decision:
+def decision(
+    context: JudgingContext, native: NativeEvidence, numeric: Evidence, last: bool, native_ran: bool
+) -> Decision:
     """The one decision on a gradient's evidence: what to do (:func:`reconcile`) and what that reports.
 
     :func:`decide` writes out what it reports; a quick stage asks it, through
@@ -279,12 +281,12 @@ def decision(judging: Judging, native: NativeEvidence, numeric: Evidence, last: 
     if reconciled is Reconciled.UNRELIABLE:
         reports.append("unreliable")
     judged_now = reconciled not in (Reconciled.REDRAW, Reconciled.NATIVE_VOUCHES)
-    if judged_now and judging.settings.reference == "native" and native.gradient is None and native_ran:
+    if judged_now and context.settings.reference == "native" and native.gradient is None and native_ran:
         reports.append("no native")
     return Decision(reconciled, tuple(reports))
 
 
-def agreement_settles(judging: Judging, judged: Judged, native: NativeEvidence, native_ran: bool) -> bool:
+def agreement_settles(context: JudgingContext, case: GradientCase, native: NativeEvidence, native_ran: bool) -> bool:
     """Whether finite differences agreeing with the custom gradient would settle it, given ``native``.
 
     Only there may a quick stage's agreement (fast mode's first look, the
@@ -292,50 +294,52 @@ def agreement_settles(judging: Judging, judged: Judged, native: NativeEvidence, 
     native autodiff disagrees, settling it needs the careful stage's
     projections of native autodiff's gradient too.
     """
-    return decision(judging, native, Evidence.AGREES, last_draw(judged), native_ran).settles
+    return decision(context, native, Evidence.AGREES, last_draw(case), native_ran).settles
 
 
 def decide(
-    judging: Judging,
-    judged: Judged,
+    context: JudgingContext,
+    case: GradientCase,
     native: NativeEvidence,
     numeric: NumericEvidence,
     notes: list[str],
     native_ran: bool,
 ) -> Verdict:
     """The verdict :func:`decision` makes of the evidence, with the problems it reports written out."""
-    made = decision(judging, native, numeric.verdict, last_draw(judged), native_ran)
-    problems = [_written(report, made, judged, native, numeric) for report in made.reports]
+    made = decision(context, native, numeric.verdict, last_draw(case), native_ran)
+    problems = [_written(report, made, case, native, numeric) for report in made.reports]
     if made.reconciled is Reconciled.REDRAW:
         return Verdict(final=False, problems=problems, notes=notes)
     if made.reconciled is Reconciled.NATIVE_VOUCHES:
         notes.append(
-            f"finite differences were unreliable for {judged.source.name} at every draw (a kink or jump "
+            f"finite differences were unreliable for {case.source.name} at every draw (a kink or jump "
             "near the inputs); native autodiff agrees with the custom gradient"
         )
         return Verdict(final=True, problems=problems, notes=notes)
     expected = _expected(native, numeric)
-    domain = _domain(judged, native, numeric)
-    return Verdict(final=True, problems=problems, notes=notes, custom=judged.got, expected=expected, domain=domain)
+    domain = _domain(case, native, numeric)
+    return Verdict(final=True, problems=problems, notes=notes, custom=case.got, expected=expected, domain=domain)
 
 
-def _written(report: str, made: Decision, judged: Judged, native: NativeEvidence, numeric: NumericEvidence) -> Problem:
+def _written(
+    report: str, made: Decision, case: GradientCase, native: NativeEvidence, numeric: NumericEvidence
+) -> Problem:
     """The problem ``report`` of :attr:`Decision.reports`, written out."""
     if report == "native":
-        return native_problem(judged, native)
+        return native_problem(case, native)
     if report == "numeric":
         located = numeric.native_projections is Evidence.AGREES
-        problem = numeric_problem(judged, numeric, native.gradient if located else None)
+        problem = numeric_problem(case, numeric, native.gradient if located else None)
         return replace(problem, hint=_KINK_HINT) if made.reconciled is Reconciled.KINK else problem
     if report == "unreliable":
-        return _unreliable_problem(judged)
+        return _unreliable_problem(case)
     return Problem(
         "native",
-        judged.source.name,
-        f"native autodiff gives no finite {judged.what} to compare with",
-        execution=judged.execution,
+        case.source.name,
+        f"native autodiff gives no finite {case.what} to compare with",
+        execution=case.execution,
         hint='use reference = "numeric" or "both"',
-        order=judged.order,
+        order=case.order,
     )
 
 
@@ -350,16 +354,16 @@ def _expected(native: NativeEvidence, numeric: NumericEvidence) -> np.ndarray | 
     return expected
 
 
-def _domain(judged: Judged, native: NativeEvidence, numeric: NumericEvidence) -> str | None:
+def _domain(case: GradientCase, native: NativeEvidence, numeric: NumericEvidence) -> str | None:
     """Why the draw, not the gradient, may be at fault in a final verdict (see :attr:`Verdict.domain`)."""
-    if last_draw(judged) and numeric.verdict is Evidence.INCONCLUSIVE:
+    if last_draw(case) and numeric.verdict is Evidence.INCONCLUSIVE:
         return (
-            f"finite differences of the {judged.what} were inconclusive at every draw (the forward output "
+            f"finite differences of the {case.what} were inconclusive at every draw (the forward output "
             "does not vary smoothly there)"
         )
-    if native.verdict is Evidence.DISAGREES and _unreliable_where_native_differs(native, numeric, judged.got):
+    if native.verdict is Evidence.DISAGREES and _unreliable_where_native_differs(native, numeric, case.got):
         return (
-            f"native autodiff differed from the {judged.what} where finite differences were unreliable "
+            f"native autodiff differed from the {case.what} where finite differences were unreliable "
             "(the forward output does not vary smoothly there)"
         )
     return None

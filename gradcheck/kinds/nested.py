@@ -3,7 +3,7 @@
 Its custom gradients are nested in it, made by a helper or a factory, or
 reached only at run time: they are found, instrumented and switched off at
 TensorFlow's custom-gradient choke point while it runs
-(:mod:`gradcheck.targets.reaching`). Once the custom run has recorded which
+(:mod:`gradcheck.targets.nested`). Once the custom run has recorded which
 it reached, :meth:`Nested.reached` says what that means for the check: none
 reached and the subject was only a candidate -> skipped (it is no target);
 none reached and the user named it -> its TensorFlow gradient is checked
@@ -19,7 +19,7 @@ from typing import Any
 
 from gradcheck.instrument import BackwardRecord
 from gradcheck.kinds.protocol import Bound, Outcomes, Reached, SubjectKind, SubjectParts
-from gradcheck.targets import CallTarget, ReachingTarget
+from gradcheck.targets import CallTarget, NestedTarget
 
 
 def _as_base(answer: str) -> Any:
@@ -63,7 +63,7 @@ class Nested:
 
     def target(self, subject: SubjectParts, bound: Bound) -> CallTarget:
         """The function or layer called with the custom gradients it reaches instrumented, or switched off."""
-        return ReachingTarget(bound.call, subject.name)
+        return NestedTarget(bound.call, subject.name)
 
     def python_valued(self, bound: Bound) -> Callable[..., Any] | None:
         """A function's own arguments: those its code uses as Python values cannot be drawn (a layer's can)."""

@@ -9,9 +9,9 @@ them switched off. One module per kind:
 - :mod:`~gradcheck.targets.wrapper`: a function behind ``tf.recompute_grad`` and the like;
 - :mod:`~gradcheck.targets.layer`: a Keras layer whose ``call`` reaches custom-gradient
   functions by name, swapped for the call with :mod:`~gradcheck.targets.patch`;
-- :mod:`~gradcheck.targets.reaching`: a public function or layer whose custom gradients
+- :mod:`~gradcheck.targets.nested`: a public function or layer whose custom gradients
   are made as it runs (nested, behind a helper), found and switched off at TensorFlow's
-  custom-gradient choke point (:class:`gradcheck._tf.Reach`);
+  custom-gradient choke point (:class:`gradcheck._tf.ChokePoint`);
 - :mod:`~gradcheck.targets.registered`: a function or layer that applies registered gradients with
   ``gradient_override_map``, called as written with the maps it enters recorded.
 
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from gradcheck.targets.function import FunctionTarget
 from gradcheck.targets.layer import LayerTarget
+from gradcheck.targets.nested import NestedTarget
 from gradcheck.targets.patch import Patch
 from gradcheck.targets.protocol import CallTarget
-from gradcheck.targets.reaching import ReachingTarget
 from gradcheck.targets.registered import RegisteredTarget
 from gradcheck.targets.wrapper import WrapperTarget
 
@@ -32,8 +32,8 @@ __all__ = [
     "CallTarget",
     "FunctionTarget",
     "LayerTarget",
+    "NestedTarget",
     "Patch",
-    "ReachingTarget",
     "RegisteredTarget",
     "WrapperTarget",
 ]

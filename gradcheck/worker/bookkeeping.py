@@ -1,6 +1,6 @@
 """The parent's bookkeeping of one worker's part of a run: :class:`WorkerRun`, and the results of stopped checks.
 
-A :class:`WorkerRun` gives a worker the job, reads its plan, checks one
+A :class:`WorkerRun` gives a worker the job, reads its manifest, checks one
 function at a time within its timeout and the memory bound, and starts a
 fresh worker after one was stopped. A check stopped for time or memory, or
 whose worker died, becomes an ``error`` result here; bad input met in the
@@ -26,9 +26,9 @@ from gradcheck.worker.messages import (
     Finished,
     Importing,
     Job,
-    Planned,
-    PlannedFunction,
+    ManifestEntry,
     Refused,
+    WorkerManifest,
 )
 from gradcheck.worker.process import Stopped, Worker, keep_worker, take_worker
 
@@ -43,11 +43,11 @@ class WorkerError(Exception):
 
 @dataclass
 class WorkerRun:
-    """The parent's bookkeeping of one worker's part of a run: its job, its bounds, its worker, its plan.
+    """The parent's bookkeeping of one worker's part of a run: its job, its bounds, its worker, its manifest.
 
     ``-j 1`` has one; ``-j N`` one per worker (:mod:`gradcheck.pool`), each
-    with the same job and the first plan's ``functions``. Its worker is
-    started with :meth:`launch` and :meth:`await_plan` (or :meth:`ready`),
+    with the same job and the first manifest's ``functions``. Its worker is
+    started with :meth:`launch` and :meth:`await_manifest` (or :meth:`ready`),
     checks with :meth:`check`, and is replaced by a fresh one after it was
     stopped; at the end it is kept (:meth:`finish_worker`) or killed
     (:meth:`discard_worker`).
@@ -64,18 +64,18 @@ class WorkerRun:
     """Receives what the worker prints; None: this process's own standard error (``sys.__stderr__``)."""
     worker: Worker | None = None
     """The worker now; None before the first and after one was stopped."""
-    functions: list[PlannedFunction] = field(default_factory=list)
-    """The first plan's functions, in the order they are checked."""
+    functions: list[ManifestEntry] = field(default_factory=list)
+    """The first manifest's functions, in the order they are checked."""
     positions: dict[str, int] = field(default_factory=dict)
-    """Where each function is in the current worker's plan."""
+    """Where each function is in the current worker's manifest."""
     launched: bool = False
-    """A worker was given the job and its plan is still to be read (:meth:`launch`)."""
+    """A worker was given the job and its manifest is still to be read (:meth:`launch`)."""
 
-    def start_worker(self) -> Planned:
-        """A worker with the job collected: its plan, or a UsageError."""
+    def start_worker(self) -> WorkerManifest:
+        """A worker with the job collected: its manifest, or a UsageError."""
         if not self.launched:
             self.launch()
-        return self.await_plan()
+        return self.await_manifest()
 
     def launch(self) -> None:
         """Give a worker the job without waiting: it imports TensorFlow and collects while others do too."""
@@ -83,11 +83,11 @@ class WorkerRun:
         worker.sink = self.sink
         self.worker = worker
         self.launched = True
-        with contextlib.suppress(Stopped):  # await_plan finds it dead and says so
+        with contextlib.suppress(Stopped):  # await_manifest finds it dead and says so
             worker.send(self.job)
 
-    def await_plan(self) -> Planned:
-        """The plan of the worker :meth:`launch` gave the job to, or a UsageError."""
+    def await_manifest(self) -> WorkerManifest:
+        """The manifest of the worker :meth:`launch` gave the job to, or a UsageError."""
         self.launched = False
         worker = self.worker
         if worker is None:
@@ -106,7 +106,7 @@ class WorkerRun:
                 importing = message.path
                 if self.on_import is not None:
                     self.on_import(message.path)
-            elif isinstance(message, Planned):
+            elif isinstance(message, WorkerManifest):
                 if worker.startup is None:
                     worker.startup = time.perf_counter() - worker.created
                 return message
@@ -157,7 +157,7 @@ class WorkerRun:
             worker.sink = None
 
     def check(self, index: int) -> Result:
-        """Check the function at ``index`` of the first plan in a worker, within its timeout and the memory bound.
+        """Check the function at ``index`` of the first manifest in a worker, within its timeout and the memory bound.
 
         After a worker was stopped, a fresh one collects the targets again
         first; where it cannot, this function and every one after it are
@@ -187,7 +187,7 @@ class WorkerRun:
     def ready(self) -> bool:
         """Start this run's worker and collect, before any function is handed to it; False if it cannot.
 
-        A worker that has the plan already (the first one's) is ready as it is.
+        A worker that has the manifest already (the first one's) is ready as it is.
         """
         if self.worker is not None and not self.launched:
             return True
@@ -208,17 +208,17 @@ class WorkerRun:
         if worker is not None:
             worker.kill_group()
 
-    def restart(self, remaining: list[PlannedFunction]) -> dict[str, int] | Result:
-        """A fresh worker after one was stopped: where each remaining function is in its plan.
+    def restart(self, remaining: list[ManifestEntry]) -> dict[str, int] | Result:
+        """A fresh worker after one was stopped: where each remaining function is in its manifest.
 
         A failure to collect again becomes the reason every remaining
         function is an error (returned as the result to copy).
         """
         try:
-            planned = self.start_worker()
+            manifest = self.start_worker()
         except UsageError as error:
             return Result(id="", name="", kind="function", status="error", problems=(_restart_problem(str(error)),))
-        positions = {function.id: index for index, function in enumerate(planned.functions)}
+        positions = {function.id: index for index, function in enumerate(manifest.functions)}
         missing = [f.id for f in remaining if f.id not in positions]
         if missing:
             return Result(
@@ -255,7 +255,7 @@ def _collection_stopped(stopped: Stopped, importing: str | None, timeout: float,
     return f"{importing}: importing the module ended the checker process: {stopped.why}"
 
 
-def _stopped_result(function: PlannedFunction, stopped: Stopped, seconds: float, max_memory: int | None) -> Result:
+def _stopped_result(function: ManifestEntry, stopped: Stopped, seconds: float, max_memory: int | None) -> Result:
     after = "; the functions after it were checked in a fresh process"
     if stopped.kind == "timeout":
         message = f"timeout: the check did not finish within {function.timeout:g} s (--timeout) and was stopped{after}"
@@ -281,7 +281,7 @@ def _stopped_result(function: PlannedFunction, stopped: Stopped, seconds: float,
     )
 
 
-def _copy_failure(template: Result, function: PlannedFunction) -> Result:
+def _copy_failure(template: Result, function: ManifestEntry) -> Result:
     return Result(
         id=function.id,
         name=function.name,

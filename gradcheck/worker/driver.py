@@ -1,6 +1,6 @@
 """``gradcheck run``'s entry to the workers: :func:`run`, on one worker or on ``-j N`` of them.
 
-The first worker's plan says how many functions there are; the helpers of
+The first worker's manifest says how many functions there are; the helpers of
 ``-j N`` (:mod:`gradcheck.pool`) are made only then. One idle worker is kept
 for a next run: the first one.
 """
@@ -18,7 +18,7 @@ from gradcheck.errors import UsageError
 from gradcheck.results import Result, RunReport
 from gradcheck.run import check_all
 from gradcheck.worker.bookkeeping import WorkerRun
-from gradcheck.worker.messages import Job, Planned
+from gradcheck.worker.messages import Job, WorkerManifest
 
 if TYPE_CHECKING:
     from gradcheck.pool import Pace
@@ -57,13 +57,13 @@ def run(
         on_import,
         on_output or _write_to_stderr,
     )
-    planned = _first_plan(first)
+    manifest = _first_manifest(first)
     # A helper is always a fresh worker: weigh its start-up, not the idle worker's quicker reuse.
     fresh = first.worker.startup if first.worker is not None else None
     startup = max(time.perf_counter() - start, fresh or 0.0)
-    first.functions = list(planned.functions)
+    first.functions = list(manifest.functions)
     first.positions = {function.id: index for index, function in enumerate(first.functions)}
-    # Helpers are made only now that the plan says how many functions there are: never more
+    # Helpers are made only now that the manifest says how many functions there are: never more
     # workers than functions. Each starts its own worker (TensorFlow's import, collection) when
     # its slot begins, quietly (on_import is the first one's).
     count = min(workers, len(first.functions))
@@ -73,7 +73,7 @@ def run(
         helper.functions = first.functions
     pace = pool.Pace(startup) if jobs == "auto" else None
     try:
-        report = _check([first, *helpers], planned, options.maxfail, start, on_start, on_result, pace)
+        report = _check([first, *helpers], manifest, options.maxfail, start, on_start, on_result, pace)
     except BaseException:
         for each in (first, *helpers):
             each.discard_worker()
@@ -83,11 +83,11 @@ def run(
     return _finish(first, report)
 
 
-def _first_plan(first: WorkerRun) -> Planned:
-    """The first worker's plan; its worker is discarded if there is none (bad input, a bug, Ctrl-C)."""
+def _first_manifest(first: WorkerRun) -> WorkerManifest:
+    """The first worker's manifest; its worker is discarded if there is none (bad input, a bug, Ctrl-C)."""
     try:
         first.launch()
-        return first.await_plan()
+        return first.await_manifest()
     except BaseException:
         first.discard_worker()
         raise
@@ -95,20 +95,20 @@ def _first_plan(first: WorkerRun) -> Planned:
 
 def _check(
     runs: list[WorkerRun],
-    planned: Planned,
+    manifest: WorkerManifest,
     maxfail: int | None,
     start: float,
     on_start: Callable[[str, int, int], None] | None,
     on_result: Callable[[Result, int, int], None] | None,
     pace: Pace | None,
 ) -> RunReport:
-    """Check every function of the plan: on the first worker alone, or on all of ``runs`` at once."""
+    """Check every function of the manifest: on the first worker alone, or on all of ``runs`` at once."""
     from gradcheck import pool
 
     ids = [function.id for function in runs[0].functions]
     if len(runs) > 1:
-        return pool.check_parallel(ids, runs, planned, maxfail, start, on_start, on_result, pace=pace)
-    return check_all(ids, runs[0].check, planned, maxfail, start, on_start, on_result)
+        return pool.check_parallel(ids, runs, manifest, maxfail, start, on_start, on_result, pace=pace)
+    return check_all(ids, runs[0].check, manifest, maxfail, start, on_start, on_result)
 
 
 def _finish(first: WorkerRun, report: RunReport) -> RunReport:

@@ -5,13 +5,13 @@ output; pickled messages, framed by :mod:`multiprocessing.connection`)::
 
     parent                              worker
     Job(options, cwd, sys.path, env) ->
-                                     <- Importing(path)          per module: the timeout runs
-                                     <- Planned(functions, ...)  or Refused (usage error) / Crashed (bug)
+                                     <- Importing(path)                 per module: the timeout runs
+                                     <- WorkerManifest(functions, ...)  or Refused (usage error) / Crashed (bug)
     Check(index)                     ->
-                                     <- Finished(index, result)  or Crashed
+                                     <- Finished(index, result)         or Crashed
     ...
     End()                            ->
-                                     <- Ended()                  the worker is back as it was
+                                     <- Ended()                         the worker is back as it was
 
 so the parent always knows which function is in flight, and decides alone
 what is checked next (``--maxfail``, Ctrl-C). What the worker (the user's
@@ -48,7 +48,7 @@ class Job:
 
 @dataclass(frozen=True)
 class Check:
-    """Check the function at ``index`` of the plan."""
+    """Check the function at ``index`` of the manifest."""
 
     index: int
 
@@ -66,8 +66,8 @@ class Importing:
 
 
 @dataclass(frozen=True)
-class PlannedFunction:
-    """What the parent needs to know of a function to report on it without the worker."""
+class ManifestEntry:
+    """One function of the manifest: what the parent needs to know of it to report on it without the worker."""
 
     id: str
     name: str
@@ -80,10 +80,10 @@ class PlannedFunction:
 
 
 @dataclass(frozen=True)
-class Planned:
-    """Collection is over: what the run will check."""
+class WorkerManifest:
+    """Collection is over: the run's manifest, what it will check (a :class:`gradcheck.run.Manifest`)."""
 
-    functions: tuple[PlannedFunction, ...]
+    functions: tuple[ManifestEntry, ...]
     seed: int
     fail_on: tuple[str, ...]
     module_results: tuple[Result, ...] = ()

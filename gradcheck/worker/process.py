@@ -99,7 +99,7 @@ class Worker:
         """The process that started the worker: a forked child must not talk to it too."""
         self.created = time.perf_counter()
         self.startup: float | None = None
-        """Seconds from its start to its first plan (TensorFlow's import, collection): what a fresh worker
+        """Seconds from its start to its first manifest (TensorFlow's import, collection): what a fresh worker
         costs, which ``-j auto`` weighs; a worker kept idle from an earlier run costs a new one no less."""
         self.sink: Callable[[str], None] | None = None
         self._synced = threading.Event()

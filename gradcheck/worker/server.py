@@ -31,9 +31,9 @@ from gradcheck.worker.messages import (
     Finished,
     Importing,
     Job,
-    Planned,
-    PlannedFunction,
+    ManifestEntry,
     Refused,
+    WorkerManifest,
 )
 from gradcheck.worker.procfs import descendants, kill_processes
 
@@ -162,30 +162,30 @@ def _answer(job: Job, commands: Connection, replies: _Replies) -> None:
         # (a package's __init__ run while a dotted target is looked up) ends with the job,
         # so the next job of this worker starts as this one did.
         with state.preserved():
-            _plan_and_check(job, commands, replies)
+            _collect_and_check(job, commands, replies)
         return
     _until_end(commands)
 
 
-def _plan_and_check(job: Job, commands: Connection, replies: _Replies) -> None:
+def _collect_and_check(job: Job, commands: Connection, replies: _Replies) -> None:
     from gradcheck import session, state
 
-    plan = None
+    manifest = None
     try:
-        plan = session.plan_run(job.options, on_import=lambda path: replies.send(Importing(path)))
+        manifest = session.run_manifest(job.options, on_import=lambda path: replies.send(Importing(path)))
     except UsageError as error:
         cause = error.__cause__
         details = "".join(traceback.format_exception(cause)) if cause is not None else None
         replies.send(Refused(str(error), details))
     except Exception:
         replies.send(Crashed(traceback.format_exc()))
-    if plan is None:
+    if manifest is None:
         _until_end(commands)
         return
     replies.send(
-        Planned(
+        WorkerManifest(
             functions=tuple(
-                PlannedFunction(
+                ManifestEntry(
                     id=r.subject.id,
                     name=r.subject.name,
                     kind=r.subject.kind.reported,
@@ -194,12 +194,12 @@ def _plan_and_check(job: Job, commands: Connection, replies: _Replies) -> None:
                     timeout=r.settings.timeout,
                     reproduce=r.reproduce,
                 )
-                for r in plan.requests
+                for r in manifest.requests
             ),
-            seed=plan.seed,
-            fail_on=plan.fail_on,
-            module_results=plan.module_results,
-            collection=plan.collection,
+            seed=manifest.seed,
+            fail_on=manifest.fail_on,
+            module_results=manifest.module_results,
+            collection=manifest.collection,
         )
     )
     while True:
@@ -210,7 +210,7 @@ def _plan_and_check(job: Job, commands: Connection, replies: _Replies) -> None:
             before = _user_processes()
             descriptors = state.Descriptors()
             try:
-                result = session.check_one(plan.requests[command.index])
+                result = session.check_one(manifest.requests[command.index])
                 message: Any = Finished(command.index, result)
             except Exception:  # a bug in gradcheck (results are plain records, and pickle)
                 message = Crashed(traceback.format_exc())

@@ -1,4 +1,4 @@
-"""A public function, or a Keras layer, checked through the custom gradients it reaches at run time.
+"""A nested subject (a function or a Keras layer): checked through the custom gradients it reaches at run time.
 
 The custom run calls it with every outermost custom gradient it reaches
 instrumented (one :class:`~gradcheck.instrument.BackwardRecord` per call, as
@@ -51,7 +51,7 @@ def _instrumenter(records: list[BackwardRecord]) -> _tf.Instrumenter:
     return make
 
 
-class ReachingTarget:
+class NestedTarget:
     """A callable (function or layer) whose custom gradients are found while it runs."""
 
     def __init__(self, call: Callable[..., Any], name: str) -> None:
@@ -68,14 +68,14 @@ class ReachingTarget:
         """Call it with each outermost custom gradient it reaches instrumented."""
         if self.as_written:
             return self.call(*args, **kwargs)
-        with _tf.functions_run_eagerly(), _tf.Reach(_instrumenter(records)) as reach:
+        with _tf.functions_run_eagerly(), _tf.ChokePoint(_instrumenter(records)) as choke_point:
             result = self.call(*args, **kwargs)
-        self.reached = list(dict.fromkeys(reach.names))
+        self.reached = list(dict.fromkeys(choke_point.names))
         return result
 
     def native(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Call it with each outermost custom gradient it reaches switched off."""
         if self.as_written:
             return self.call(*args, **kwargs)
-        with _tf.functions_run_eagerly(), _tf.Reach(switch_off=True):
+        with _tf.functions_run_eagerly(), _tf.ChokePoint(switch_off=True):
             return self.call(*args, **kwargs)

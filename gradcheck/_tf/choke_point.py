@@ -49,7 +49,7 @@ def is_custom_gradient_decorator(obj: Any) -> bool:
     return tf is not None and obj is getattr(tf, "custom_gradient", None)
 
 
-class Reach:
+class ChokePoint:
     """While active, every outermost custom-gradient call is instrumented, or switched off.
 
     ``instrumenter`` (custom runs) gets the undecorated forward function of
@@ -112,7 +112,7 @@ class Reach:
         # TensorFlow reads the backward's signature (``variables``): keep the one it wraps.
         return tf_decorator.make_decorator(grad_fn, backward, decorator_name="gradcheck_reach")
 
-    def __enter__(self) -> Reach:
+    def __enter__(self) -> ChokePoint:
         module = _custom_gradient_module()
         eager, graph = module._eager_mode_decorator, module._graph_mode_decorator
         self._saved = (eager, graph)
@@ -131,7 +131,7 @@ def functions_run_eagerly() -> Iterator[None]:
     """Run every ``tf.function`` the call reaches as plain Python while active.
 
     A library's module-level ``tf.function`` (TFP's ``lbeta``) replays the
-    trace it made earlier, custom gradient and all: the reach would see no
+    trace it made earlier, custom gradient and all: the choke point would see no
     call, and a "native" run would silently be the custom one. Inside
     gradcheck's own ``tf.function`` leg the Python is then traced into that
     graph, so the graph-mode leg stays graph mode.
