@@ -108,6 +108,8 @@ class NestingReader:
         #: The top-level package whose code is followed even where it is TensorFlow's own.
         self.home = name.partition(".")[0]
         self._memo: dict[int, bool] = {}
+        #: Whether the visit under way met the depth bound or a call already being followed.
+        self._cut = False
         #: The module's private module-level custom gradients, by identity: calling one makes a custom
         #: gradient as much as defining it does (they are checked through their public callers).
         self._private = {} if isinstance(module, str) else private_custom_gradients(module)
@@ -139,10 +141,14 @@ class NestingReader:
 
     def _visit(self, func: Any, cls: type | None, depth: int, seen: set[int]) -> bool:
         code = _tf.attribute(func, "__code__")
-        if code is None or id(code) in seen or depth > _MAX_DEPTH:
+        if code is None:
             return False
         if id(code) in self._memo:
             return self._memo[id(code)]
+        if id(code) in seen or depth > _MAX_DEPTH:
+            # Left open, not a "no": what this visit was part of is not remembered as reaching nothing.
+            self._cut = True
+            return False
         seen.add(id(code))
         names = code_names(code)
         if self._marked(names):
@@ -151,13 +157,19 @@ class NestingReader:
         values = list(_values_seen(func, names))
         members = [m for m in (class_member(cls, name) for name in names) if m is not None] if cls else []
         # Every value is looked at (no short cut): the private custom gradients reached are recorded too.
+        outer_cut, self._cut = self._cut, False
         made = [self._makes(value, depth, seen) for value in values]
         made += [self._member_makes(member, cls, depth, seen) for member in members if cls is not None]
         self._private_reached[id(code)] = frozenset(
             name for value in (*values, *members) for name in self._reached_through(value)
         )
-        self._memo[id(code)] = any(made)
-        return any(made)
+        reached = any(made)
+        # A "no" found below the depth bound, or through a call already being followed, holds for this
+        # path only: remembered, it hid a public function that another reached deep down (TFP's lbeta).
+        if reached or not self._cut:
+            self._memo[id(code)] = reached
+        self._cut = outer_cut or self._cut
+        return reached
 
     def _reached_through(self, value: Any) -> frozenset[str]:
         """The private custom gradients ``value`` is, or its visited code reaches."""

@@ -159,6 +159,65 @@ def test_a_candidate_that_reaches_none_when_called_is_skipped_not_failed(project
     assert "reached no tf.custom_gradient" in result["skip_reason"] and "[functions.maybe]" in result["skip_reason"]
 
 
+DEEP_HELPERS = """
+import tensorflow as tf
+
+
+def _make_custom(forward):
+    # A decorator like TensorFlow Probability's: it makes the custom gradient on each call.
+    def wrapped(x):
+        return tf.custom_gradient(forward)(x)
+
+    return wrapped
+
+
+@_make_custom
+def _square_custom(x):
+    def grad(dy):
+        return 2.0 * x * dy
+
+    return x * x, grad
+
+
+def outer(x):
+    return _one(x)
+
+
+def _one(x):
+    return _two(x)
+
+
+def _two(x):
+    return _three(x)
+
+
+def _three(x):
+    return _four(x)
+
+
+def _four(x):
+    return _five(x)
+
+
+def _five(x):
+    return square(x)
+
+
+def square(x):
+    return _square_custom(x)
+"""
+
+
+def test_a_function_reached_deep_below_another_is_still_found_on_its_own(project: Path) -> None:
+    # outer reaches square six calls down, past the depth discovery follows; that must not hide square
+    # itself (as TFP's lbeta was hidden by betainc, which calls it).
+    write(project, "deep.py", DEEP_HELPERS)
+    listed = invoke("list", "deep.py")
+    assert listed.exit_code == 0, listed.output
+    assert "deep.py::square(x)" in listed.stdout
+    assert {r["name"]: r["status"] for r in run_json("deep.py")["results"]}["square"] == "passed"
+
+
 CHECK: dict[str, dict[str, Any]] = {
     "softplus_nested": {"inputs": {"x": (4,)}},
     "softplus_nested_wrong": {"inputs": {"x": (4,)}},
