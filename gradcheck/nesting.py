@@ -45,6 +45,20 @@ def code_names(code: Any) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+#: The instructions that read (or write) a name in the module's globals rather than an attribute.
+_GLOBAL_ACCESS = frozenset(("LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_FROM_DICT_OR_GLOBALS"))
+
+
+def global_names(code: Any) -> frozenset[str]:
+    """The names ``code`` and the code nested in it read as globals: ``tf.compat.v1.py_func`` reads
+    ``tf`` so, and ``py_func`` only as an attribute, never the module's own ``py_func``."""
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in _GLOBAL_ACCESS}
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= global_names(const)
+    return frozenset(names)
+
+
 def plain_function(obj: Any) -> Any:
     """The plain function behind a method, static/class method, partial or ``tf.function``."""
     for _ in range(8):
@@ -66,8 +80,10 @@ def _values_seen(func: Any, names: list[str]) -> Iterator[Any]:
     classes (two levels: ``keras.ops.custom_gradient``), closure cells and defaults."""
     namespace = getattr(func, "__globals__", {})
     wanted = set(names)
+    code = getattr(func, "__code__", None)
+    read = global_names(code) if code is not None else wanted
     for name in names:
-        if name not in namespace:
+        if name not in namespace or name not in read:
             continue
         value = namespace[name]
         yield value

@@ -218,6 +218,34 @@ def test_a_function_reached_deep_below_another_is_still_found_on_its_own(project
     assert {r["name"]: r["status"] for r in run_json("deep.py")["results"]}["square"] == "passed"
 
 
+def test_an_attribute_named_like_a_custom_gradient_of_the_module_is_not_a_call_of_it(project: Path) -> None:
+    # tf.math.square is not the module's square: reading its name as an attribute made plain a target
+    # that then "reached no tf.custom_gradient when called" (as TFP's reduce_logmeanexp and a py_func
+    # recipe's registered gradient function were).
+    write(
+        project,
+        "names.py",
+        """
+        import tensorflow as tf
+
+
+        def square(x):
+            @tf.custom_gradient
+            def inner(v):
+                return v * v, lambda dy: 2.0 * v * dy
+
+            return inner(x)
+
+
+        def plain(x):
+            return tf.math.square(x) + 1.0
+        """,
+    )
+    listed = invoke("list", "names.py")
+    assert listed.exit_code == 0, listed.output
+    assert "names.py::square(x)" in listed.stdout and "plain" not in listed.stdout
+
+
 CHECK: dict[str, dict[str, Any]] = {
     "softplus_nested": {"inputs": {"x": (4,)}},
     "softplus_nested_wrong": {"inputs": {"x": (4,)}},
