@@ -406,3 +406,77 @@ def test_a_complex_input_left_out_gets_the_none_hint_for_the_argument(project: P
     assert len(hints) == 1
     (hint,) = hints
     assert "returned None for signal:" in hint and "constants = { signal = ... }" in hint
+
+
+PYTHON_VALUED = """
+    import tensorflow as tf
+
+
+    @tf.custom_gradient
+    def rounded(x, mode):
+        y = tf.floor(x) if mode == "floor" else tf.round(x)
+        def grad(dy):
+            return dy, None
+        return y, grad
+
+
+    @tf.custom_gradient
+    def quantized(x, bits):
+        if bits == 32:
+            return tf.identity(x), lambda dy: (dy, None)
+        scale = 2.0 ** bits
+        return tf.round(x * scale) / scale, lambda dy: (dy, None)
+
+
+    @tf.custom_gradient
+    def applied(x, fn):
+        def grad(dy):
+            return dy, None
+        return fn(x), grad
+
+
+    @tf.custom_gradient
+    def scaled(x, alpha: float):
+        def grad(dy):
+            return dy * alpha, dy * x
+        return x * alpha, grad
+"""
+
+
+def test_a_python_valued_argument_no_drawn_tensor_fits_is_a_skip_with_the_constants_line(project: Path) -> None:
+    # A tensor drawn for a mode string, a bit width or a function makes every forward call raise: that is
+    # no bug of the code, and the config line to write is a constant.
+    write(project, "python_valued.py", PYTHON_VALUED)
+    results = by_name(run_json("python_valued.py"))
+    for name, argument, placeholder in [
+        ("rounded", "mode", "..."),
+        ("quantized", "bits", "..."),
+        ("applied", "fn", '{ import = "your_module:fn" }'),
+    ]:
+        result = results[name]
+        assert result["status"] == "skipped", result
+        assert f"argument {argument} is a Python " in result["skip_reason"]
+        assert f"[functions.{name}] constants = {{ {argument} = {placeholder} }}" in result["skip_reason"]
+    # A Python-annotated argument a drawn tensor fits is checked as a tensor, gradient and all.
+    assert results["scaled"]["status"] == "passed"
+
+
+def test_init_writes_the_constants_of_a_python_valued_argument(project: Path) -> None:
+    (project / "gradcheck.toml").unlink()
+    write(project, "python_valued.py", PYTHON_VALUED)
+    assert invoke("init", "python_valued.py::rounded").exit_code == 0
+    text = (project / "gradcheck.toml").read_text()
+    assert "constants = { mode = ... }" in text, text
+
+
+def test_with_the_constant_given_a_python_valued_argument_is_checked(project: Path) -> None:
+    write(project, "python_valued.py", PYTHON_VALUED)
+    table = "[functions.quantized]\ninputs = { x = [3, 4] }\nconstants = { bits = 32 }\n"
+    (project / "gradcheck.toml").write_text(table, encoding="utf-8")
+    # Inside tf.function, tf.custom_gradient makes the constant a tensor, and `if bits == 32` raises there.
+    result = run_json("python_valued.py::quantized")["results"][0]
+    assert result["status"] == "failed"
+    assert {(p["check"], p["execution"]) for p in result["problems"]} == {("execution", "function")}
+    assert 'execution = "eager"' in result["problems"][0]["hint"]
+    (project / "gradcheck.toml").write_text(table + 'execution = "eager"\n', encoding="utf-8")
+    assert run_json("python_valued.py::quantized")["results"][0]["status"] == "passed"

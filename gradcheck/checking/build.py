@@ -153,7 +153,7 @@ def build(request: CheckRequest, dtype: str) -> Built:
     plan = _plan(request, inspect.signature(bound.planned), dtype)
     python_valued = subject.kind.python_valued(bound)
     if python_valued is not None:
-        _refuse_python_values(request, python_valued, plan)
+        refuse_python_values(request, python_valued, plan)
     return Built(target, plan, variable_namer(request, bound.owner), bound.layer, bound.fresh_layer)
 
 
@@ -177,9 +177,11 @@ class _Constructor:
         return _construct(self.request, cls, kwargs, "layer")
 
 
-def _refuse_python_values(request: CheckRequest, forward: Callable[..., Any], plan: CallPlan) -> None:
+def refuse_python_values(request: CheckRequest, forward: Callable[..., Any] | None, plan: CallPlan) -> None:
     """Required arguments the code uses as Python values (a mode string, a loop count, a function) cannot be
     drawn: ask for them all at once, each in the form the config gives it."""
+    if forward is None:
+        return
     python_values = nesting.non_tensor_parameters(forward)
     wanted = [(name, python_values[name]) for name in plan.unknown if name in python_values]
     if not wanted:

@@ -19,7 +19,16 @@ from gradcheck.sampling import subject_rng
 
 if TYPE_CHECKING:
     from gradcheck.checking.request import CheckRequest
-from gradcheck.checking.build import SHAPE_ERRORS, Built, NeedsConfig, NeedsFloat32, build, dtype_clash, table_key
+from gradcheck.checking.build import (
+    SHAPE_ERRORS,
+    Built,
+    NeedsConfig,
+    NeedsFloat32,
+    build,
+    dtype_clash,
+    refuse_python_values,
+    table_key,
+)
 from gradcheck.checking.conditions import check_conditions
 from gradcheck.checking.draws import draw_values
 
@@ -105,6 +114,9 @@ def _probe_plan(request: CheckRequest, plan: CallPlan, built: Built, dtype: str)
     found = search.run(forward, stop=_stop_probing)
     if found is not None:
         return Probed(plan.with_specs(guess_specs(found.guess, names, dtype)), note=probe_note(search, found, names))
+    # No tensor fits a mode string, a bit width or a function: what to configure is the constant, not a shape.
+    # Asked only now, since a tensor drawn for an argument annotated float may well fit (and get a gradient).
+    refuse_python_values(request, subject.kind.described_by(subject), plan)
     return _no_shapes(request, search, dtype)
 
 
