@@ -34,6 +34,8 @@ from gradcheck import _tf
 
 #: How deep calls into helper functions are followed.
 _MAX_DEPTH = 6
+#: No call back into a visit under way (see NestingReader._cycle_to).
+_NO_CYCLE = _MAX_DEPTH + 1
 
 
 def code_names(code: Any) -> list[str]:
@@ -124,8 +126,12 @@ class NestingReader:
         #: The top-level package whose code is followed even where it is TensorFlow's own.
         self.home = name.partition(".")[0]
         self._memo: dict[int, bool] = {}
-        #: Whether the visit under way met the depth bound or a call already being followed.
-        self._cut = False
+        #: A "no" found with a depth bound: the most levels below the code within which nothing reaches.
+        self._none_within: dict[int, int] = {}
+        #: Whether the visit under way met the depth bound; the depth of the shallowest visit on its path
+        #: that it called back into (recursion), or _NO_CYCLE.
+        self._depth_cut = False
+        self._cycle_to = _NO_CYCLE
         #: The module's private module-level custom gradients, by identity: calling one makes a custom
         #: gradient as much as defining it does (they are checked through their public callers).
         self._private = {} if isinstance(module, str) else private_custom_gradients(module)
@@ -139,7 +145,7 @@ class NestingReader:
         # A wrapper made with functools.wraps (TensorFlow's dispatch, a user's decorator) may make
         # the custom gradient itself, or the function it wraps may: look at each layer.
         for _ in range(8):
-            if self._visit(function, cls, 0, set()):
+            if self._visit(function, cls, 0, {}):
                 return True
             inner = _tf.attribute(function, "__wrapped__")
             if inner is None or inner is function:
@@ -155,36 +161,52 @@ class NestingReader:
         code = _tf.attribute(plain_function(obj), "__code__")
         return self._private_reached.get(id(code), frozenset()) if code is not None else frozenset()
 
-    def _visit(self, func: Any, cls: type | None, depth: int, seen: set[int]) -> bool:
+    def _visit(self, func: Any, cls: type | None, depth: int, path: dict[int, int]) -> bool:
         code = _tf.attribute(func, "__code__")
         if code is None:
             return False
-        if id(code) in self._memo:
-            return self._memo[id(code)]
-        if id(code) in seen or depth > _MAX_DEPTH:
-            # Left open, not a "no": what this visit was part of is not remembered as reaching nothing.
-            self._cut = True
+        key = id(code)
+        if key in self._memo:
+            return self._memo[key]
+        levels = _MAX_DEPTH - depth
+        if key in path:
+            self._cycle_to = min(self._cycle_to, path[key])
             return False
-        seen.add(id(code))
+        if levels < 0 or self._none_within.get(key, -1) >= levels:
+            # A "no" within the levels left: what this visit is part of may yet reach deeper elsewhere.
+            self._depth_cut = True
+            return False
         names = code_names(code)
         if self._marked(names):
-            self._memo[id(code)] = True
+            self._memo[key] = True
             return True
         values = list(_values_seen(func, names))
         members = [m for m in (class_member(cls, name) for name in names) if m is not None] if cls else []
         # Every value is looked at (no short cut): the private custom gradients reached are recorded too.
-        outer_cut, self._cut = self._cut, False
-        made = [self._makes(value, depth, seen) for value in values]
-        made += [self._member_makes(member, cls, depth, seen) for member in members if cls is not None]
-        self._private_reached[id(code)] = frozenset(
+        outer = (self._depth_cut, self._cycle_to)
+        self._depth_cut, self._cycle_to = False, _NO_CYCLE
+        path[key] = depth
+        try:
+            made = [self._makes(value, depth, path) for value in values]
+            made += [self._member_makes(member, cls, depth, path) for member in members if cls is not None]
+        finally:
+            del path[key]
+        self._private_reached[key] = frozenset(
             name for value in (*values, *members) for name in self._reached_through(value)
         )
         reached = any(made)
-        # A "no" found below the depth bound, or through a call already being followed, holds for this
-        # path only: remembered, it hid a public function that another reached deep down (TFP's lbeta).
-        if reached or not self._cut:
-            self._memo[id(code)] = reached
-        self._cut = outer_cut or self._cut
+        # A "no" found below the depth bound holds for as many levels as were left: remembered as a plain
+        # "no", it hid a public function that another reached deep down (TFP's lbeta); not remembered at
+        # all, every public function of TensorFlow's own modules walked the same calls again (minutes).
+        # A "no" through a call back into a visit above this one holds once that visit's answer is known:
+        # remembered there, not here.
+        inside_cycle = self._cycle_to < depth
+        if reached or not (self._depth_cut or inside_cycle):
+            self._memo[key] = reached
+        elif not inside_cycle:
+            self._none_within[key] = max(levels, self._none_within.get(key, -1))
+        self._depth_cut = outer[0] or self._depth_cut
+        self._cycle_to = min(outer[1], self._cycle_to)
         return reached
 
     def _reached_through(self, value: Any) -> frozenset[str]:
@@ -206,7 +228,7 @@ class NestingReader:
         """Whether ``function`` makes custom gradients for others (a factory): no target, what it returns is."""
         return _is_factory(function)
 
-    def _makes(self, value: Any, depth: int, seen: set[int]) -> bool:
+    def _makes(self, value: Any, depth: int, path: dict[int, int]) -> bool:
         if self._is_marker(value):
             return True
         if id(value) in self._private:
@@ -215,14 +237,14 @@ class NestingReader:
             return False  # a public module-level custom-gradient function is checked on its own
         function = plain_function(_called_code(value))
         if inspect.isfunction(function) and _followed(function, self.home):
-            return self._visit(function, None, depth + 1, seen)
+            return self._visit(function, None, depth + 1, path)
         return False
 
-    def _member_makes(self, member: Any, cls: type, depth: int, seen: set[int]) -> bool:
+    def _member_makes(self, member: Any, cls: type, depth: int, path: dict[int, int]) -> bool:
         """A method of the same class: a custom-gradient method counts (layers read ``self.kernel``)."""
         if _tf.custom_gradient_parts(plain_function(member)) is not None:
             return True
-        return self._visit(plain_function(member), cls, depth + 1, seen)
+        return self._visit(plain_function(member), cls, depth + 1, path)
 
 
 def _called_code(value: Any) -> Any:
@@ -320,6 +342,11 @@ def _is_factory(function: Any) -> bool:
     returns are the targets."""
     if "custom_gradient" in function.__name__:
         return True
+    code = function.__code__
+    # What a factory returns is made in its code (a def, a lambda) or by custom_gradient: without either
+    # there is no source to read (reading it for every function of TensorFlow's own modules took minutes).
+    if "custom_gradient" not in code.co_names and not any(hasattr(c, "co_code") for c in code.co_consts):
+        return False
     definition = function_definition(function)
     if definition is None:
         return _returns_defined_function(function.__code__)

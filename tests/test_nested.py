@@ -218,6 +218,75 @@ def test_a_function_reached_deep_below_another_is_still_found_on_its_own(project
     assert {r["name"]: r["status"] for r in run_json("deep.py")["results"]}["square"] == "passed"
 
 
+RECURSIVE_HELPERS = """
+import tensorflow as tf
+
+
+@tf.custom_gradient
+def _square_custom(x):
+    return x * x, lambda dy: 2.0 * x * dy
+
+
+def walk(x, n=2):
+    if n > 0:
+        return _descend(x, n)
+    return _square_custom(x)
+
+
+def other(x):
+    return _descend(x, 1)
+
+
+def _descend(x, n):
+    return walk(x, n - 1)
+
+
+def spin(x, n=2):
+    return turn(x, n)
+
+
+def turn(x, n):
+    return spin(x, n - 1) if n > 0 else x
+"""
+
+
+def test_functions_that_call_each_other_are_found_where_one_reaches_a_custom_gradient(project: Path) -> None:
+    # walk's visit meets _descend, whose call back into walk says "no" while walk's own answer is not known
+    # yet: remembered, that "no" would hide other, which reaches walk's custom gradient through _descend.
+    write(project, "recursive.py", RECURSIVE_HELPERS)
+    listed = invoke("list", "recursive.py")
+    assert listed.exit_code == 0, listed.output
+    assert "recursive.py::walk(x, n=2)" in listed.stdout and "recursive.py::other(x)" in listed.stdout
+    assert "spin" not in listed.stdout and "turn" not in listed.stdout
+
+
+def test_discovery_reads_each_helper_below_the_depth_bound_once_for_every_public_function(
+    tmp_path: Path,
+) -> None:
+    # Fifty public functions share a ring of helpers longer than discovery follows, reaching nothing.
+    # Each helper's "no within this many calls" is kept: without it every public function walked the whole
+    # chain again (TensorFlow's own modules took minutes to list).
+    from gradcheck.nesting import _MAX_DEPTH, NestingReader, candidates
+
+    chain = "".join(f"def _h{i}(x):\n    return _h{i + 1}(x)\n\n\n" for i in range(10))
+    public = "".join(f"def f{i}(x):\n    return _h0(x)\n\n\n" for i in range(50))
+    # The chain ends where it began: no walk of it ends within the bound.
+    module = load_copy(write(tmp_path, "chained.py", f"{chain}def _h10(x):\n    return _h0(x)\n\n\n{public}"))
+
+    class CountingReader(NestingReader):
+        visits = 0
+
+        def _marked(self, names: list[str]) -> bool:
+            CountingReader.visits += 1
+            return super()._marked(names)
+
+    assert candidates(module, set(), CountingReader(module)) == []
+    # Each public function once; each helper at most once for every depth it is met at (discovery asks
+    # about the private helpers too, each from its own depth 0). Walking the chain again for every
+    # public function is 50 * 7 visits.
+    assert CountingReader.visits <= 50 + 11 * (_MAX_DEPTH + 1), CountingReader.visits
+
+
 def test_an_attribute_named_like_a_custom_gradient_of_the_module_is_not_a_call_of_it(project: Path) -> None:
     # tf.math.square is not the module's square: reading its name as an attribute made plain a target
     # that then "reached no tf.custom_gradient when called" (as TFP's reduce_logmeanexp and a py_func
