@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dis
+import functools
 import inspect
 import sys
 import textwrap
@@ -49,16 +50,41 @@ def code_names(code: Any) -> list[str]:
 
 #: The instructions that read (or write) a name in the module's globals rather than an attribute.
 _GLOBAL_ACCESS = frozenset(("LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_FROM_DICT_OR_GLOBALS"))
+#: The instructions that read a name as an attribute of an object (a module, a class).
+_ATTRIBUTE_ACCESS = frozenset(("LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR", "IMPORT_FROM"))
 
 
 def global_names(code: Any) -> frozenset[str]:
     """The names ``code`` and the code nested in it read as globals: ``tf.compat.v1.py_func`` reads
     ``tf`` so, and ``py_func`` only as an attribute, never the module's own ``py_func``."""
-    names = {i.argval for i in dis.get_instructions(code) if i.opname in _GLOBAL_ACCESS}
+    return _names_read(code)[0]
+
+
+def attribute_names(code: Any) -> frozenset[str]:
+    """The names ``code`` and the code nested in it read as attributes: ``custom_gradient.generate_name()``
+    reads ``generate_name`` so, and ``custom_gradient`` only as a global, never the decorator of that name
+    which the module ``custom_gradient`` holds."""
+    return _names_read(code)[1]
+
+
+# Kept across modules: a walk of a big package meets the same helpers (TensorFlow's nest, dispatch) from
+# every module's reader, and reading their bytecode was most of the time `gradcheck list tensorflow` took.
+@functools.lru_cache(maxsize=1 << 16)
+def _names_read(code: Any) -> tuple[frozenset[str], frozenset[str]]:
+    """(global names, attribute names) read by ``code`` and the code nested in it."""
+    globals_: set[str] = set()
+    attributes: set[str] = set()
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in _GLOBAL_ACCESS:
+            globals_.add(instruction.argval)
+        elif instruction.opname in _ATTRIBUTE_ACCESS:
+            attributes.add(instruction.argval)
     for const in code.co_consts:
         if hasattr(const, "co_names"):
-            names |= global_names(const)
-    return frozenset(names)
+            nested_globals, nested_attributes = _names_read(const)
+            globals_ |= nested_globals
+            attributes |= nested_attributes
+    return frozenset(globals_), frozenset(attributes)
 
 
 def plain_function(obj: Any) -> Any:
@@ -81,22 +107,23 @@ def _values_seen(func: Any, names: list[str]) -> Iterator[Any]:
     """The objects ``func``'s names resolve to: globals, attributes of global modules and
     classes (two levels: ``keras.ops.custom_gradient``), closure cells and defaults."""
     namespace = getattr(func, "__globals__", {})
-    wanted = set(names)
     code = getattr(func, "__code__", None)
-    read = global_names(code) if code is not None else wanted
+    read = global_names(code) if code is not None else frozenset(names)
+    read_as_attributes = attribute_names(code) if code is not None else frozenset(names)
+    attributes = [name for name in names if name in read_as_attributes]
     for name in names:
         if name not in namespace or name not in read:
             continue
         value = namespace[name]
         yield value
         if isinstance(value, (ModuleType, type)):
-            for attr in names:
+            for attr in attributes:
                 member = _attribute(value, attr)
                 if member is None:
                     continue
                 yield member
                 if isinstance(member, ModuleType):
-                    yield from (m for a in wanted if (m := _attribute(member, a)) is not None)
+                    yield from (m for a in attributes if (m := _attribute(member, a)) is not None)
     for cell in getattr(func, "__closure__", None) or ():
         with contextlib.suppress(ValueError):  # an empty cell
             yield cell.cell_contents

@@ -315,6 +315,30 @@ def test_an_attribute_named_like_a_custom_gradient_of_the_module_is_not_a_call_o
     assert "names.py::square(x)" in listed.stdout and "plain" not in listed.stdout
 
 
+def test_a_module_named_like_the_decorator_is_not_the_decorator(project: Path) -> None:
+    # TensorFlow's own code reads custom_gradient.generate_name() from the module custom_gradient: the
+    # module's name is not the decorator that module holds (saved_model_cli's main and show, TFLite's
+    # converters and SavedModel loading were taken for functions making custom gradients).
+    write(
+        project,
+        "modules.py",
+        """
+        from tensorflow.python.ops import custom_gradient
+
+
+        def renamed(x):
+            return custom_gradient.generate_name(), x
+
+
+        def decorated(x):
+            return custom_gradient.custom_gradient(lambda v: (v * v, lambda dy: 2.0 * v * dy))(x)
+        """,
+    )
+    listed = invoke("list", "modules.py")
+    assert listed.exit_code == 0, listed.output
+    assert "modules.py::decorated(x)" in listed.stdout and "renamed" not in listed.stdout
+
+
 CHECK: dict[str, dict[str, Any]] = {
     "softplus_nested": {"inputs": {"x": (4,)}},
     "softplus_nested_wrong": {"inputs": {"x": (4,)}},
