@@ -18,7 +18,7 @@ import inspect
 from types import ModuleType
 from typing import Any
 
-from gradcheck import nesting
+from gradcheck import nesting, source_reading
 
 #: The attribute whose use marks code that applies a registered gradient.
 MARKER = "gradient_override_map"
@@ -53,7 +53,7 @@ def registers_given_gradient(function: Any) -> bool:
     # says at once whether the name is used at all.
     if code is not None and "RegisterGradient" not in nesting.code_names(code):
         return False
-    definition = nesting.function_definition(function)
+    definition = source_reading.function_definition(function)
     if definition is None:
         return False
     arguments = definition.args

@@ -521,7 +521,7 @@ def test_through_the_api_a_callable_is_passed_as_it_is_or_imported_and_leaves_no
 def test_python_valued_parameters_are_read_from_the_code(
     tmp_path: Path, source: str, expected: dict[str, tuple[bool, str]]
 ) -> None:
-    from gradcheck.nesting import non_tensor_parameters
+    from gradcheck.source_reading import non_tensor_parameters
 
     path = tmp_path / f"shapes_{abs(hash(source))}.py"
     path.write_text("import collections.abc, typing\nfrom typing import Callable\nimport tensorflow as tf\n\n" + source)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gradcheck import _tf, nesting
+from gradcheck import _tf, source_reading
 from gradcheck.checking.exceptions import UserCodeError, describe_exception, message_of
 from gradcheck.config import VariableValue
 from gradcheck.dtypes import INTEGER_DEFAULT
@@ -182,7 +182,7 @@ def refuse_python_values(request: CheckRequest, forward: Callable[..., Any] | No
     drawn: ask for them all at once, each in the form the config gives it."""
     if forward is None:
         return
-    python_values = nesting.non_tensor_parameters(forward)
+    python_values = source_reading.non_tensor_parameters(forward)
     wanted = [(name, python_values[name]) for name in plan.unknown if name in python_values]
     if not wanted:
         return
@@ -201,11 +201,11 @@ def refuse_python_values(request: CheckRequest, forward: Callable[..., Any] | No
     )
 
 
-def _python_kind(found: nesting.PythonParameter) -> str:
+def _python_kind(found: source_reading.PythonParameter) -> str:
     return "a Python callable" if found.callable else "a Python value"
 
 
-def constant_placeholder(name: str, found: nesting.PythonParameter) -> str:
+def constant_placeholder(name: str, found: source_reading.PythonParameter) -> str:
     """What the config's ``constants`` should hold for a Python-valued argument: a callable is imported."""
     return f'{{ import = "your_module:{name}" }}' if found.callable else "..."
 
