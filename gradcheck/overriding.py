@@ -14,7 +14,6 @@ anything; whether the override applies is judged when it runs
 from __future__ import annotations
 
 import ast
-import inspect
 from types import ModuleType
 from typing import Any
 
@@ -48,7 +47,7 @@ def registers_given_gradient(function: Any) -> bool:
 
     It applies gradients for its callers, which pass their own: they are the targets.
     """
-    code = getattr(inspect.unwrap(nesting.plain_function(function)), "__code__", None)
+    code = getattr(source_reading.unwrapped(function), "__code__", None)
     # Reading the source of every function of a big module (TensorFlow's own) took minutes: the bytecode
     # says at once whether the name is used at all.
     if code is not None and "RegisterGradient" not in nesting.code_names(code):

@@ -32,10 +32,19 @@ def plain_function(obj: Any) -> Any:
     return obj
 
 
+def unwrapped(function: Any) -> Any:
+    """The function behind ``function``'s wrappers (``functools.wraps`` layers too), or None where its
+    ``__wrapped__`` chain loops."""
+    try:
+        return inspect.unwrap(plain_function(function))
+    except ValueError:
+        return None
+
+
 def function_definition(function: Any) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The ``def`` of ``function`` (behind its wrappers) parsed from its source, or None without source."""
     try:
-        source = textwrap.dedent(inspect.getsource(inspect.unwrap(plain_function(function))))
+        source = textwrap.dedent(inspect.getsource(unwrapped(function)))
         tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError, IndentationError, ValueError):
         return None

@@ -339,6 +339,37 @@ def test_a_module_named_like_the_decorator_is_not_the_decorator(project: Path) -
     assert "modules.py::decorated(x)" in listed.stdout and "renamed" not in listed.stdout
 
 
+def test_a_wrapper_chain_that_loops_is_read_as_no_source(project: Path) -> None:
+    # inspect.unwrap raises on a __wrapped__ chain that loops: discovery must read such a function as one
+    # without source, not stop with an internal error.
+    write(
+        project,
+        "loops.py",
+        """
+        import tensorflow as tf
+
+
+        def f(x):
+            return x
+
+
+        def g(x):
+            return x
+
+
+        f.__wrapped__ = g
+        g.__wrapped__ = f
+
+
+        def square(x):
+            return tf.custom_gradient(lambda v: (v * v, lambda dy: 2.0 * v * dy))(x)
+        """,
+    )
+    listed = invoke("list", "loops.py")
+    assert listed.exit_code == 0, listed.output
+    assert "loops.py::square(x)" in listed.stdout
+
+
 CHECK: dict[str, dict[str, Any]] = {
     "softplus_nested": {"inputs": {"x": (4,)}},
     "softplus_nested_wrong": {"inputs": {"x": (4,)}},
