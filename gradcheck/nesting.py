@@ -54,24 +54,16 @@ _GLOBAL_ACCESS = frozenset(("LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_
 _ATTRIBUTE_ACCESS = frozenset(("LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR", "IMPORT_FROM"))
 
 
-def global_names(code: Any) -> frozenset[str]:
-    """The names ``code`` and the code nested in it read as globals: ``tf.compat.v1.py_func`` reads
-    ``tf`` so, and ``py_func`` only as an attribute, never the module's own ``py_func``."""
-    return _names_read(code)[0]
-
-
-def attribute_names(code: Any) -> frozenset[str]:
-    """The names ``code`` and the code nested in it read as attributes: ``custom_gradient.generate_name()``
-    reads ``generate_name`` so, and ``custom_gradient`` only as a global, never the decorator of that name
-    which the module ``custom_gradient`` holds."""
-    return _names_read(code)[1]
-
-
 # Kept across modules: a walk of a big package meets the same helpers (TensorFlow's nest, dispatch) from
 # every module's reader, and reading their bytecode was most of the time `gradcheck list tensorflow` took.
 @functools.lru_cache(maxsize=1 << 16)
 def _names_read(code: Any) -> tuple[frozenset[str], frozenset[str]]:
-    """(global names, attribute names) read by ``code`` and the code nested in it."""
+    """The names ``code`` and the code nested in it read as globals, and those it reads as attributes.
+
+    ``tf.compat.v1.py_func`` reads ``tf`` as a global and ``py_func`` only as an attribute, never the module's
+    own ``py_func``; ``custom_gradient.generate_name()`` reads the module ``custom_gradient`` as a global,
+    never the decorator of that name the module holds.
+    """
     globals_: set[str] = set()
     attributes: set[str] = set()
     for instruction in dis.get_instructions(code):
@@ -92,8 +84,7 @@ def _values_seen(func: Any, names: list[str]) -> Iterator[Any]:
     classes (two levels: ``keras.ops.custom_gradient``), closure cells and defaults."""
     namespace = getattr(func, "__globals__", {})
     code = getattr(func, "__code__", None)
-    read = global_names(code) if code is not None else frozenset(names)
-    read_as_attributes = attribute_names(code) if code is not None else frozenset(names)
+    read, read_as_attributes = _names_read(code) if code is not None else (frozenset(names), frozenset(names))
     attributes = [name for name in names if name in read_as_attributes]
     for name in names:
         if name not in namespace or name not in read:
@@ -356,11 +347,11 @@ def _is_factory(function: Any) -> bool:
     code = function.__code__
     # What a factory returns is made in its code (a def, a lambda) or by custom_gradient: without either
     # there is no source to read (reading it for every function of TensorFlow's own modules took minutes).
-    if "custom_gradient" not in code.co_names and not any(hasattr(c, "co_code") for c in code.co_consts):
+    if "custom_gradient" not in code.co_names and not any(hasattr(c, "co_names") for c in code.co_consts):
         return False
     definition = function_definition(function)
     if definition is None:
-        return _returns_defined_function(function.__code__)
+        return _returns_defined_function(code)
     own = [node for node, _ in own_nodes(definition, set(), into_functions=False)]
     defined = {n.name for n in own if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     assigned = {
